@@ -1,0 +1,76 @@
+// Tensors of the harness: a [batch, seq, heads, head_dim] layout with explicit strides, a device
+// buffer that owns its memory, and a host copy of the raw 16-bit values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "fragment_layout.h"  // FA_HOST_DEVICE
+#include "params.h"
+
+namespace fa {
+
+// How a test lays a tensor out in memory. Strides are in elements, multiples of 8 (16 bytes).
+enum class LayoutKind {
+  kContiguous,  // [batch][seq][heads][head_dim], densely packed
+  kPadded,      // same order, with gaps after every head, row and batch (the gaps are poisoned)
+  kHeadMajor,   // [batch][heads][seq][head_dim] in memory, still indexed as [b, s, h, d]
+};
+
+struct TensorLayout {
+  int64_t batch = 0, seq = 0, heads = 0, head_dim = 0;
+  int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
+  int64_t storage_elems = 0;  // elements the buffer must hold, gaps included
+
+  static TensorLayout make(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, LayoutKind kind);
+  FA_HOST_DEVICE int64_t offset(int64_t b, int64_t s, int64_t h, int64_t d) const {
+    return b * batch_stride + s * seq_stride + h * head_stride + d;
+  }
+  FA_HOST_DEVICE int64_t logical_elems() const { return batch * seq * heads * head_dim; }
+};
+
+// Raw 16-bit values on the host, read as float through a lookup table.
+struct HostTensor {
+  TensorLayout layout;
+  DType dtype = DType::kFloat16;
+  std::vector<uint16_t> raw;
+
+  float at(int64_t b, int64_t s, int64_t h, int64_t d) const;
+  void set(int64_t b, int64_t s, int64_t h, int64_t d, float value);  // rounds to nearest
+};
+
+float half_bits_to_float(uint16_t bits, DType dtype);
+uint16_t float_to_half_bits(float value, DType dtype);  // round to nearest even
+float round_to_dtype(float value, DType dtype);
+
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  DeviceTensor(const TensorLayout& layout, DType dtype);
+  ~DeviceTensor();
+  DeviceTensor(DeviceTensor&& other) noexcept;
+  DeviceTensor& operator=(DeviceTensor&& other) noexcept;
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+
+  TensorView view() const;
+  const TensorLayout& layout() const { return layout_; }
+  DType dtype() const { return dtype_; }
+  void* data() const { return data_; }
+  size_t bytes() const { return static_cast<size_t>(layout_.storage_elems) * 2; }
+
+  void fill_bytes(unsigned char byte);  // 0xFF bytes are NaN in fp16 and bf16: the poison
+  // N(0, stddev^2) in every logical element, counter-based RNG keyed on (seed, element).
+  // Gaps between rows keep what was there (poison them first to catch reads of the gaps).
+  void fill_normal(uint64_t seed, float stddev);
+  HostTensor download() const;
+  void upload(const HostTensor& host);
+
+ private:
+  TensorLayout layout_;
+  DType dtype_ = DType::kFloat16;
+  void* data_ = nullptr;
+};
+
+}  // namespace fa
