@@ -91,8 +91,10 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
     std::string what = check_tensor(names[i], *tensors[i]);
     if (!what.empty()) return Status::error(err.str() + what);
   }
-  if (!std::isfinite(p.softmax_scale) || p.softmax_scale == 0.0f) {
-    err << "softmax_scale must be finite and non-zero (got " << p.softmax_scale << ")";
+  // Positive, not just non-zero: stages 7 and 8 take the row max of the unscaled scores, which is
+  // the max of the scaled scores only when the scale is positive.
+  if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.0f) {
+    err << "softmax_scale must be finite and positive (got " << p.softmax_scale << ")";
     return Status::error(err.str());
   }
   // One thread block per (batch, head, query block), all in gridDim.x (limit 2^31 - 1), so batch

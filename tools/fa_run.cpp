@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -174,9 +175,13 @@ int main(int argc, char** argv) {
           } else if (!run.check.passed) {
             status = "FAIL: " + run.check.summary();
           } else if (opt.time) {
-            timing = time_stage(*stage, problem, opt.warmup, opt.reps);
-            // The last timed launch must have produced the checked output, bit for bit.
-            if (problem.o().download().raw != run.output.raw) status = "FAIL: output changed between launches (race?)";
+            try {
+              timing = time_stage(*stage, problem, opt.warmup, opt.reps);
+              // The last timed launch must have produced the checked output, bit for bit.
+              if (problem.o().download().raw != run.output.raw) status = "FAIL: output changed between launches (race?)";
+            } catch (const std::exception& e) {
+              status = std::string("ERROR: during timing: ") + e.what();
+            }
           }
           const bool ok = status == "PASS";
           failures += ok ? 0 : 1;
@@ -192,6 +197,7 @@ int main(int argc, char** argv) {
                         (long long)config.seq_q, (long long)config.seq_kv, "-", "-", "-", run.check.max_abs_err,
                         run.check.rel_l2_err, status.c_str());
           }
+          std::fflush(stdout);
           if (csv) {
             std::string clean = status;
             for (char& c : clean) if (c == ',' || c == '\n') c = ';';

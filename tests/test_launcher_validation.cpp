@@ -1,0 +1,215 @@
+// Every registered stage's launcher must reject what the contract rejects, with a message that
+// names the problem, before it touches the GPU. No GPU is needed: launch() validates first and a
+// rejected call launches nothing, so the tensor pointers below are fake (16-byte aligned, never
+// dereferenced). A valid call is never launched here; instead the test checks that the baseline
+// parameters pass validate_params, so each case differs from a valid call in exactly one way.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/params.h"
+#include "common/registry.h"
+
+using fa::AttentionParams;
+using fa::DType;
+using fa::StageInfo;
+
+namespace {
+
+// Fake device addresses: aligned, distinct, never dereferenced because validation fails first.
+void* fake_pointer(uintptr_t index) {
+  return reinterpret_cast<void*>(0x10000000u + index * 0x1000000u);
+}
+
+// A valid call for `stage`: contiguous [batch, seq, heads, head_dim] tensors, 2 query and 3 K/V
+// blocks, the stage's first head_dim and dtype.
+AttentionParams valid_params(const StageInfo& stage) {
+  AttentionParams p;
+  p.batch = 2;
+  p.heads = 3;
+  p.seq_q = 2 * stage.block_q;
+  p.seq_kv = 3 * stage.block_kv;
+  p.head_dim = stage.head_dims.front();
+  p.softmax_scale = fa::default_softmax_scale(p.head_dim);
+  fa::TensorView* tensors[4] = {&p.q, &p.k, &p.v, &p.o};
+  const int64_t seqs[4] = {p.seq_q, p.seq_kv, p.seq_kv, p.seq_q};
+  for (int i = 0; i < 4; ++i) {
+    tensors[i]->data = fake_pointer(i + 1);
+    tensors[i]->dtype = stage.dtypes.front();
+    tensors[i]->head_stride = p.head_dim;
+    tensors[i]->seq_stride = p.heads * p.head_dim;
+    tensors[i]->batch_stride = seqs[i] * p.heads * p.head_dim;
+  }
+  return p;
+}
+
+struct InvalidCase {
+  std::string name;
+  std::function<void(AttentionParams&, const StageInfo&)> break_it;
+  std::string keyword;  // the message must contain it
+};
+
+std::vector<InvalidCase> invalid_cases() {
+  std::vector<InvalidCase> cases = {
+      {"head_dim 96", [](AttentionParams& p, const StageInfo&) { p.head_dim = 96; }, "head_dim 96"},
+      {"seq_q not a multiple of block_q",
+       [](AttentionParams& p, const StageInfo& s) { p.seq_q = s.block_q + 16; }, "seq_q"},
+      {"seq_q smaller than block_q", [](AttentionParams& p, const StageInfo& s) { p.seq_q = s.block_q / 2; },
+       "seq_q"},
+      {"seq_kv not a multiple of block_kv",
+       [](AttentionParams& p, const StageInfo& s) { p.seq_kv = 2 * s.block_kv + 8; }, "seq_kv"},
+      {"invalid dtype value in q",
+       [](AttentionParams& p, const StageInfo&) { p.q.dtype = static_cast<DType>(7); }, "dtype"},
+      {"invalid dtype value in o",
+       [](AttentionParams& p, const StageInfo&) { p.o.dtype = static_cast<DType>(7); }, "dtype"},
+      {"mismatched dtypes (v differs)",
+       [](AttentionParams& p, const StageInfo&) {
+         p.v.dtype = p.q.dtype == DType::kFloat16 ? DType::kBFloat16 : DType::kFloat16;
+       },
+       "dtype"},
+      {"misaligned pointer (0x1008)",
+       [](AttentionParams& p, const StageInfo&) { p.k.data = reinterpret_cast<void*>(0x1008); }, "aligned"},
+      {"seq stride not a multiple of 8", [](AttentionParams& p, const StageInfo&) { p.q.seq_stride += 4; },
+       "multiple"},
+      {"head stride not a multiple of 8",
+       [](AttentionParams& p, const StageInfo&) { p.v.head_stride = p.head_dim + 1; }, "multiple"},
+      {"batch stride not a multiple of 8",
+       [](AttentionParams& p, const StageInfo&) { p.o.batch_stride += 2; }, "multiple"},
+      {"zero seq stride", [](AttentionParams& p, const StageInfo&) { p.k.seq_stride = 0; }, "positive"},
+      {"negative head stride", [](AttentionParams& p, const StageInfo&) { p.q.head_stride = -8; },
+       "positive"},
+      {"negative batch stride",
+       [](AttentionParams& p, const StageInfo&) { p.o.batch_stride = -p.o.batch_stride; }, "positive"},
+      {"NaN softmax_scale",
+       [](AttentionParams& p, const StageInfo&) {
+         p.softmax_scale = std::numeric_limits<float>::quiet_NaN();
+       },
+       "softmax_scale"},
+      {"infinite softmax_scale",
+       [](AttentionParams& p, const StageInfo&) { p.softmax_scale = std::numeric_limits<float>::infinity(); },
+       "softmax_scale"},
+      {"zero softmax_scale", [](AttentionParams& p, const StageInfo&) { p.softmax_scale = 0.0f; },
+       "softmax_scale"},
+      // Stages 7 and 8 take the row max of the raw scores, which is only the max of the scaled
+      // scores for a positive scale.
+      {"negative softmax_scale", [](AttentionParams& p, const StageInfo&) { p.softmax_scale = -0.125f; },
+       "softmax_scale"},
+      {"grid of more than 2^31-1 blocks",
+       [](AttentionParams& p, const StageInfo& s) {
+         p.batch = 1024;
+         p.heads = 1024;
+         p.seq_q = int64_t{s.block_q} * 2048;  // 2^31 blocks in all: one too many
+         for (fa::TensorView* t : {&p.q, &p.o}) {
+           t->batch_stride = p.seq_q * p.heads * p.head_dim;
+           t->seq_stride = p.heads * p.head_dim;
+         }
+       },
+       "2^31-1"},
+      {"batch beyond int range", [](AttentionParams& p, const StageInfo&) { p.batch = int64_t{1} << 33; },
+       "2^31-1"},
+  };
+  // Zero and negative sizes, one field at a time.
+  const std::pair<const char*, int64_t AttentionParams::*> sizes[] = {
+      {"batch", &AttentionParams::batch},
+      {"heads", &AttentionParams::heads},
+      {"seq_q", &AttentionParams::seq_q},
+      {"seq_kv", &AttentionParams::seq_kv},
+      {"head_dim", &AttentionParams::head_dim}};
+  for (const auto& size : sizes) {
+    for (int64_t value : {int64_t{0}, int64_t{-1}, int64_t{-128}}) {
+      const auto field = size.second;
+      cases.push_back({std::string(size.first) + " = " + std::to_string(value),
+                       [field, value](AttentionParams& p, const StageInfo&) { p.*field = value; },
+                       "positive"});
+    }
+  }
+  // A null pointer in each tensor.
+  for (int i = 0; i < 4; ++i) {
+    static const char* names[4] = {"q", "k", "v", "o"};
+    cases.push_back({std::string("null ") + names[i] + " pointer",
+                     [i](AttentionParams& p, const StageInfo&) {
+                       fa::TensorView* tensors[4] = {&p.q, &p.k, &p.v, &p.o};
+                       tensors[i]->data = nullptr;
+                     },
+                     std::string(names[i]) + " is a null pointer"});
+  }
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("all eight stages are registered", "[validation]") {
+  const auto& stages = fa::registered_stages();
+  REQUIRE(stages.size() >= 8);
+  for (const StageInfo* stage : stages) {
+    INFO("stage " << stage->name);
+    CHECK(stage->block_q > 0);
+    CHECK(stage->block_kv > 0);
+    CHECK(stage->launch != nullptr);
+    CHECK(fa::find_stage(stage->name) == stage);
+    CHECK(fa::find_stage(std::string(stage->name).substr(0, 2)) == stage);
+    // Every stage supports what STAGES.md promises.
+    for (int d : {64, 128}) CHECK(std::count(stage->head_dims.begin(), stage->head_dims.end(), d) == 1);
+    for (DType t : {DType::kFloat16, DType::kBFloat16})
+      CHECK(std::count(stage->dtypes.begin(), stage->dtypes.end(), t) == 1);
+  }
+}
+
+TEST_CASE("every launcher rejects invalid parameters before touching the GPU", "[validation]") {
+  const std::vector<InvalidCase> cases = invalid_cases();
+  for (const StageInfo* stage : fa::registered_stages()) {
+    for (int head_dim : stage->head_dims) {
+      for (DType dtype : stage->dtypes) {
+        AttentionParams valid = valid_params(*stage);
+        valid.head_dim = head_dim;
+        valid.softmax_scale = fa::default_softmax_scale(head_dim);
+        for (fa::TensorView* t : {&valid.q, &valid.k, &valid.v, &valid.o}) {
+          t->dtype = dtype;
+          t->head_stride = head_dim;
+          t->seq_stride = valid.heads * head_dim;
+          t->batch_stride = (t == &valid.q || t == &valid.o ? valid.seq_q : valid.seq_kv) * t->seq_stride;
+        }
+        {
+          INFO("stage " << stage->name << ": the baseline parameters must be valid");
+          const fa::Status baseline = fa::validate_params(valid, *stage);
+          INFO(baseline.message);
+          REQUIRE(baseline.ok());
+        }
+        for (const InvalidCase& c : cases) {
+          AttentionParams p = valid;
+          c.break_it(p, *stage);
+          INFO("stage " << stage->name << ", head_dim " << head_dim << ", " << fa::dtype_name(dtype) << ": "
+                        << c.name);
+          // The pointers are fake: a call that validation accepts must never reach the launch.
+          const bool accepted = fa::validate_params(p, *stage).ok();
+          CHECK_FALSE(accepted);
+          if (accepted) continue;
+          const fa::Status status = stage->launch(p, /*stream=*/nullptr);
+          INFO("launch() -> \"" << status.message << "\"");
+          CHECK_FALSE(status.ok());
+          CHECK_THAT(status.message, Catch::Contains(c.keyword));
+          CHECK_THAT(status.message, Catch::StartsWith(stage->name));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a grid of exactly 2^31-1 blocks is still valid (checked, not launched)", "[validation]") {
+  for (const StageInfo* stage : fa::registered_stages()) {
+    INFO("stage " << stage->name);
+    AttentionParams p = valid_params(*stage);
+    p.batch = 1;
+    p.heads = 1;
+    p.seq_q = int64_t{stage->block_q} * std::numeric_limits<int32_t>::max();  // 2^31-1 query blocks
+    for (fa::TensorView* t : {&p.q, &p.o}) t->batch_stride = p.seq_q * t->seq_stride;
+    const fa::Status status = fa::validate_params(p, *stage);
+    INFO(status.message);
+    CHECK(status.ok());
+  }
+}

@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Times PyTorch's fused attention backends on the benchmark's shapes: the references of every result.
+
+    fa2    F.scaled_dot_product_attention under sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+           FlashAttention-2 as shipped inside PyTorch ("official" in STAGES.md)
+    cudnn  the same under sdpa_kernel(SDPBackend.CUDNN_ATTENTION): cuDNN's fused attention
+
+Same method as the C++ runner (tools/fa_run.cpp, common/harness.cu):
+  * fresh seeded normal inputs in the project's [batch, seq, heads, head_dim] layout, handed to SDPA
+    as q.transpose(1, 2) views (the [batch, heads, seq, head_dim] shape SDPA expects, same memory);
+    a backend that has no kernel for those strides gets contiguous [B, H, S, D] copies instead, and
+    the header line says which operands each backend was timed with (<name>_operands=...);
+  * one call whose output is checked; a backend that fails its check gets no time;
+  * `warmup` launches, then `reps` launches each timed by its own pair of CUDA events; median, min.
+
+The check mirrors common/checker.h: on sampled query rows (first, last and random ones) of every
+(batch, head), the output's largest error against an fp64 attention may be at most 2x the error of
+a plain low-precision attention on the same rows (scores and softmax in fp32, probabilities rounded
+to the input dtype before P V, output rounded to the dtype), plus 1e-5. NaN fails, and every output
+element must be finite.
+
+Writes the runner's CSV format: one '# key=value; ...' line, then
+    impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status
+with status PASS, "FAIL: ...", "ERROR: ..." or "unavailable: <reason>" (no time unless PASS).
+tools/bench.py runs it in its own process, so the C++ side never imports torch. Without torch (or
+without a CUDA device) it still writes one row per shape and backend, marked unavailable, and exits 0.
+"""
+
+import argparse
+import csv
+import datetime
+import math
+import re
+import sys
+import warnings
+
+BACKENDS = ("fa2", "cudnn")
+COLUMNS = ["impl", "dtype", "head_dim", "batch", "heads", "seq_q", "seq_kv", "median_ms", "min_ms",
+           "tflops", "max_abs_err", "rel_l2_err", "tolerance", "status"]
+TOLERANCE_FACTOR = 2.0
+TOLERANCE_EPSILON = 1e-5
+
+
+def int_list(text):
+    values = [int(item) for item in text.split(",") if item.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of positive integers")
+    return values
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--seqs", type=int_list, default=int_list("1024,2048,4096,8192"),
+                   help="query lengths; seq_kv = seq_q (default 1024,2048,4096,8192)")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of fa2,cudnn")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--check-rows", type=int, default=16, help="query rows checked per (batch, head)")
+    p.add_argument("--csv", required=True, help="where to write the rows")
+    args = p.parse_args(argv)
+    args.backends = [b for b in args.backends.split(",") if b]
+    for b in args.backends:
+        if b not in BACKENDS:
+            p.error("unknown backend %r (known: %s)" % (b, ", ".join(BACKENDS)))
+    if args.reps < 1 or args.warmup < 0:
+        p.error("--reps must be >= 1 and --warmup >= 0")
+    return args
+
+
+def clean(text, limit=300):
+    """One CSV-safe line: no commas or newlines, as the C++ runner writes its status."""
+    text = re.sub(r"\s+", " ", str(text).replace(",", ";")).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def attention_flops(batch, heads, seq_q, seq_kv, head_dim):
+    return 4.0 * batch * heads * seq_q * seq_kv * head_dim
+
+
+def base_row(args, impl, seq):
+    return {"impl": impl, "dtype": args.dtype, "head_dim": args.head_dim, "batch": args.batch,
+            "heads": args.heads, "seq_q": seq, "seq_kv": seq, "median_ms": "", "min_ms": "", "tflops": "",
+            "max_abs_err": "", "rel_l2_err": "", "tolerance": "", "status": ""}
+
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        f.write("# " + header + "\n")
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)
+
+
+def progress(row):
+    if row["median_ms"] != "":
+        timing = "%10.4f %10.4f %9.1f" % (float(row["median_ms"]), float(row["min_ms"]), float(row["tflops"]))
+    else:
+        timing = "%10s %10s %9s" % ("-", "-", "-")
+    errors = "%11s %11s" % (row["max_abs_err"] or "-", row["rel_l2_err"] or "-")
+    print("%-18s %-5s %4s %5s %5s %6s %6s %s %s  %s" % (
+        row["impl"], row["dtype"], row["head_dim"], row["batch"], row["heads"], row["seq_q"], row["seq_kv"],
+        timing, errors, row["status"]), flush=True)
+
+
+def median(sorted_values):
+    n = len(sorted_values)
+    return sorted_values[n // 2] if n % 2 else 0.5 * (sorted_values[n // 2 - 1] + sorted_values[n // 2])
+
+
+def now_utc():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ------------------------------------------------------------------------------------------------
+# Everything below needs torch; it is imported inside main() so that a missing torch is a result
+# ("unavailable"), not a crash.
+
+
+def sdpa_backend_enums(torch, names):
+    """{name: SDPBackend member or a string saying why there is none}."""
+    try:
+        from torch.nn.attention import SDPBackend
+    except Exception as e:  # torch older than 2.3
+        return {n: "this PyTorch has no torch.nn.attention.SDPBackend (%s)" % e for n in names}
+    wanted = {"fa2": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+    return {n: getattr(SDPBackend, wanted[n], "this PyTorch has no SDPBackend.%s" % wanted[n]) for n in names}
+
+
+def sdpa_inputs(q, k, v, contiguous):
+    """SDPA's [B, H, S, D] operands: transposed views of the [B, S, H, D] tensors (the project's
+    layout, same memory), or, as a fallback for a backend that rejects those strides, contiguous
+    [B, H, S, D] copies."""
+    views = [t.transpose(1, 2) for t in (q, k, v)]
+    return [t.contiguous() for t in views] if contiguous else views
+
+
+def first_call(torch, backend, operands):
+    """Returns (output [B, H, S, D], None), or (None, "unavailable: why") when SDPA has no kernel of
+    this backend for these operands."""
+    from torch.nn.attention import sdpa_kernel
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel(backend):
+                out = torch.nn.functional.scaled_dot_product_attention(*operands)
+            torch.cuda.synchronize()
+            return out, None
+        except RuntimeError as e:
+            # The wording differs between versions and devices ("No available kernel. Aborting
+            # execution." / "No viable backend for scaled_dot_product_attention was found").
+            if "No available kernel" not in str(e) and "No viable backend" not in str(e):
+                raise
+            # SDPA says why through warnings ("Flash attention kernel not used because: ...").
+            reasons = []
+            for w in caught:
+                text = re.sub(r"\s*\(Triggered internally at .*?\)", "", str(w.message), flags=re.S).strip()
+                if text and text not in reasons:
+                    reasons.append(text)
+            return None, "unavailable: " + clean("; ".join(reasons) or str(e), 250)
+
+
+def sampled_rows(torch, seq, count, seed):
+    gen = torch.Generator().manual_seed(seed)
+    picks = {0, seq - 1}
+    while len(picks) < min(count, seq):
+        picks.add(int(torch.randint(0, seq, (1,), generator=gen).item()))
+    return sorted(picks)
+
+
+def check_output(torch, q, k, v, out_bhsd, rows_per_head, seed):
+    """FlashAttention's tolerance rule on sampled rows of every (batch, head); see the module doc."""
+    batch, seq_q, heads, head_dim = q.shape
+    scale = 1.0 / math.sqrt(head_dim)  # SDPA's default, as the C++ harness's
+    rows = torch.tensor(sampled_rows(torch, seq_q, rows_per_head, seed), device=q.device)
+    max_abs_err = baseline_max_abs_err = 0.0
+    err_sq = ref_sq = 0.0
+    finite = bool(torch.isfinite(out_bhsd).all().item())  # every element, sampled or not
+    for b in range(batch):  # one batch at a time keeps the fp64 scores small ([H, rows, seq_kv])
+        q_rows = q[b].index_select(0, rows).permute(1, 0, 2).double()  # [H, R, D]
+        k_b = k[b].permute(1, 0, 2).double()                            # [H, Skv, D]
+        v_b = v[b].permute(1, 0, 2).double()
+        scores = torch.matmul(q_rows, k_b.transpose(1, 2)) * scale      # [H, R, Skv], fp64
+        ref = torch.matmul(torch.softmax(scores, dim=-1), v_b)          # [H, R, D], fp64
+        # The plain low-precision attention whose error sets the tolerance: fp32 scores and softmax,
+        # P rounded to the input dtype, P V accumulated in high precision, output rounded to the dtype.
+        probs_lowp = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        baseline = torch.matmul(probs_lowp.double(), v_b).to(q.dtype).double()
+        got = out_bhsd[b].index_select(1, rows).double()                # [H, R, D]
+        err = (got - ref).abs()
+        if not bool(torch.isfinite(err).all().item()):
+            finite = False
+        else:
+            max_abs_err = max(max_abs_err, float(err.max().item()))
+            err_sq += float((err * err).sum().item())
+        ref_sq += float((ref * ref).sum().item())
+        baseline_max_abs_err = max(baseline_max_abs_err, float((baseline - ref).abs().max().item()))
+    tolerance = TOLERANCE_FACTOR * baseline_max_abs_err + TOLERANCE_EPSILON
+    rel_l2_err = math.sqrt(err_sq / ref_sq) if ref_sq > 0 else math.sqrt(err_sq)
+    if not finite:
+        max_abs_err = rel_l2_err = math.inf
+    passed = finite and max_abs_err <= tolerance
+    summary = "%d rows x %d heads x %d batches; max_abs_err %.3e (tolerance %.3e = 2 x plain-attention error %.3e + eps)" % (
+        len(rows), heads, batch, max_abs_err, tolerance, baseline_max_abs_err)
+    if not finite:
+        summary = "non-finite output; " + summary
+    return passed, max_abs_err, rel_l2_err, tolerance, summary
+
+
+def time_backend(torch, backend, operands, warmup, reps):
+    """Warm-up launches, then `reps` launches each between its own pair of CUDA events (as
+    fa::time_stage does); returns (median_ms, min_ms)."""
+    from torch.nn.attention import sdpa_kernel
+    qt, kt, vt = operands
+    attention = torch.nn.functional.scaled_dot_product_attention
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    with sdpa_kernel(backend):
+        for _ in range(warmup):
+            attention(qt, kt, vt)
+        for i in range(reps):
+            starts[i].record()
+            attention(qt, kt, vt)
+            ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return median(times), times[0]
+
+
+def torch_header(torch):
+    fields = ["torch=" + torch.__version__, "torch_cuda=" + str(torch.version.cuda)]
+    try:
+        fields.append("cudnn=" + str(torch.backends.cudnn.version()))
+    except Exception:
+        fields.append("cudnn=unknown")
+    try:
+        from torch.nn.attention import current_flash_attention_impl
+        impl = current_flash_attention_impl()
+        fields.append("flash_impl=" + (str(impl) if impl else "builtin FlashAttention-2"))
+    except Exception:
+        fields.append("flash_impl=builtin FlashAttention-2")
+    if torch.cuda.is_available():
+        cc = torch.cuda.get_device_capability()
+        fields = ["gpu=" + torch.cuda.get_device_name(), "sm=%d%d" % cc] + fields
+    return fields
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    rows = []
+
+    def unavailable_everywhere(reason, header):
+        for seq in args.seqs:
+            for name in args.backends:
+                row = base_row(args, name, seq)
+                row["status"] = "unavailable: " + clean(reason)
+                rows.append(row)
+                progress(row)
+        write_csv(args.csv, "; ".join(header + ["date=" + now_utc()]), rows)
+        return 0
+
+    try:
+        import torch
+    except Exception as e:
+        print("torch_reference.py: PyTorch is not importable (%s: %s); the reference columns will say "
+              "'torch unavailable'." % (type(e).__name__, e), file=sys.stderr, flush=True)
+        return unavailable_everywhere("torch unavailable (%s: %s)" % (type(e).__name__, e), ["torch=unavailable"])
+
+    header = torch_header(torch)
+    started = now_utc()
+    if not torch.cuda.is_available():
+        return unavailable_everywhere("torch %s sees no CUDA device" % torch.__version__, header)
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    backends = sdpa_backend_enums(torch, args.backends)
+    layouts = {}  # backend -> the operand layout it was timed with, for the header
+
+    def write_partial():  # after every row, so a crash keeps what was measured before it
+        operand_fields = ["%s_operands=%s" % (n, "+".join(sorted(layouts[n]))) for n in args.backends if n in layouts]
+        write_csv(args.csv, "; ".join(header + operand_fields + ["date=" + started]), rows)
+
+    for seq in args.seqs:
+        q = k = v = out = None
+        try:
+            # Fresh normal inputs per shape, distinct for q, k and v, in [B, S, H, D].
+            torch.manual_seed(args.seed * 1000003 + seq)
+            shape = (args.batch, seq, args.heads, args.head_dim)
+            q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
+        except Exception as e:
+            for name in args.backends:
+                row = base_row(args, name, seq)
+                row["status"] = "ERROR: " + clean("%s: %s" % (type(e).__name__, e))
+                rows.append(row)
+                progress(row)
+            write_partial()
+            q = k = v = None
+            torch.cuda.empty_cache()
+            continue
+        for name in args.backends:
+            row = base_row(args, name, seq)
+            backend = backends[name]
+            try:
+                if isinstance(backend, str):
+                    row["status"] = "unavailable: " + clean(backend)
+                else:
+                    operands = sdpa_inputs(q, k, v, contiguous=False)
+                    out, why = first_call(torch, backend, operands)
+                    layout = "bshd-strided-views"
+                    if why:  # try contiguous [B, H, S, D] copies before giving up on this backend
+                        operands = sdpa_inputs(q, k, v, contiguous=True)
+                        out, why_contiguous = first_call(torch, backend, operands)
+                        layout = "bhsd-contiguous-copies"
+                        if why_contiguous:
+                            operands = None
+                    if out is None:
+                        row["status"] = why
+                    else:
+                        layouts.setdefault(name, set()).add(layout)
+                        passed, max_abs, rel_l2, tol, summary = check_output(
+                            torch, q, k, v, out, args.check_rows, args.seed + seq)
+                        row.update(max_abs_err="%.6g" % max_abs, rel_l2_err="%.6g" % rel_l2, tolerance="%.6g" % tol)
+                        out = None
+                        if not passed:
+                            row["status"] = "FAIL: " + clean(summary)
+                        else:
+                            median_ms, min_ms = time_backend(torch, backend, operands, args.warmup, args.reps)
+                            flops = attention_flops(args.batch, args.heads, seq, seq, args.head_dim)
+                            row.update(median_ms="%.6g" % median_ms, min_ms="%.6g" % min_ms,
+                                       tflops="%.6g" % (flops / (median_ms * 1e-3) / 1e12), status="PASS")
+            except Exception as e:  # out of memory, a CUDA error, ...: this row has no time
+                row.update(median_ms="", min_ms="", tflops="")
+                row["status"] = "ERROR: " + clean("%s: %s" % (type(e).__name__, e))
+                out = None
+                torch.cuda.empty_cache()
+            operands = None
+            rows.append(row)
+            progress(row)
+            write_partial()
+        q = k = v = out = None
+        torch.cuda.empty_cache()
+
+    write_partial()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
