@@ -14,9 +14,7 @@ namespace fa {
 
 namespace {
 
-struct RowId {
-  int64_t b, h, s;
-};
+using RowId = ReferenceRows::Row;
 
 std::vector<RowId> choose_rows(const TensorLayout& q, const CheckOptions& options) {
   std::vector<RowId> rows;
@@ -85,23 +83,38 @@ std::string CheckResult::summary() const {
   return out.str();
 }
 
+ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                                     float softmax_scale, const CheckOptions& options) {
+  ReferenceRows r;
+  const int64_t dim = q.layout.head_dim;
+  r.rows = choose_rows(q.layout, options);
+  r.ref.resize(r.rows.size() * dim);
+  r.baseline.resize(r.rows.size() * dim);
+  parallel_for(static_cast<int64_t>(r.rows.size()), [&](int64_t i) {
+    const RowId& row = r.rows[i];
+    reference_row_fp64(q, k, v, row.b, row.h, row.s, softmax_scale, &r.ref[i * dim]);
+    baseline_row_lowp(q, k, v, row.b, row.h, row.s, softmax_scale, &r.baseline[i * dim]);
+  });
+  r.inputs_finite = all_finite(q) && all_finite(k) && all_finite(v);
+  return r;
+}
+
 CheckResult check_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                             const HostTensor& o, float softmax_scale, const CheckOptions& options) {
+  return check_against_reference(compute_reference_rows(q, k, v, softmax_scale, options), o, options);
+}
+
+CheckResult check_against_reference(const ReferenceRows& reference, const HostTensor& o,
+                                    const CheckOptions& options) {
   CheckResult result;
-  const int64_t dim = q.layout.head_dim;
-  const std::vector<RowId> rows = choose_rows(q.layout, options);
+  const int64_t dim = o.layout.head_dim;
+  const std::vector<RowId>& rows = reference.rows;
+  const std::vector<double>& ref = reference.ref;
+  const std::vector<float>& baseline = reference.baseline;
   result.rows_checked = static_cast<int64_t>(rows.size());
-
-  std::vector<double> ref(rows.size() * dim);
-  std::vector<float> baseline(rows.size() * dim);
-  parallel_for(static_cast<int64_t>(rows.size()), [&](int64_t i) {
-    const RowId& r = rows[i];
-    reference_row_fp64(q, k, v, r.b, r.h, r.s, softmax_scale, &ref[i * dim]);
-    baseline_row_lowp(q, k, v, r.b, r.h, r.s, softmax_scale, &baseline[i * dim]);
-  });
-
   for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isfinite(ref[i])) result.baseline_max_abs_err = std::max(result.baseline_max_abs_err, std::fabs(baseline[i] - ref[i]));
+    if (std::isfinite(ref[i]))
+      result.baseline_max_abs_err = std::max(result.baseline_max_abs_err, std::fabs(baseline[i] - ref[i]));
   }
   result.tolerance = options.tolerance_factor * result.baseline_max_abs_err + options.tolerance_epsilon;
 
@@ -137,10 +150,11 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
 
   // Rows outside the sample: with finite inputs every output must be finite, so an element the
   // kernel never wrote (still NaN poison) fails even when it was not sampled.
-  if (static_cast<int64_t>(rows.size()) < q.layout.batch * q.layout.heads * q.layout.seq &&
-      all_finite(q) && all_finite(k) && all_finite(v) && !all_finite(o)) {
+  if (static_cast<int64_t>(rows.size()) < o.layout.batch * o.layout.heads * o.layout.seq &&
+      reference.inputs_finite && !all_finite(o)) {
     ++result.bad_elements;
-    if (result.first_failure.empty()) result.first_failure = "non-finite output outside the sampled rows (unwritten or overflowed)";
+    if (result.first_failure.empty())
+      result.first_failure = "non-finite output outside the sampled rows (unwritten or overflowed)";
   }
 
   if (options.check_gaps_untouched && o.layout.storage_elems > o.layout.logical_elems()) {
@@ -153,7 +167,9 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
     for (size_t i = 0; i < logical.size(); ++i) {
       if (!logical[i] && o.raw[i] != 0xFFFF) {
         ++result.bad_elements;
-        if (result.first_failure.empty()) result.first_failure = "the kernel wrote into a gap between output rows (element " + std::to_string(i) + ")";
+        if (result.first_failure.empty())
+          result.first_failure =
+              "the kernel wrote into a gap between output rows (element " + std::to_string(i) + ")";
         break;
       }
     }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tensor.h"
 
@@ -31,12 +32,28 @@ struct CheckResult {
   double rel_l2_err = 0.0;            // ||out - ref|| / ||ref|| over the same elements
   double baseline_max_abs_err = 0.0;  // the plain low-precision attention's error
   double tolerance = 0.0;
-  int64_t bad_elements = 0;           // checked elements out of tolerance, plus non-finite outputs
-  std::string first_failure;          // "(b, s, h, d) = (...): got x, expected y" or another reason
+  int64_t bad_elements = 0;   // checked elements out of tolerance, plus non-finite outputs
+  std::string first_failure;  // "(b, s, h, d) = (...): got x, expected y" or another reason
   std::string summary() const;
 };
 
 CheckResult check_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                             const HostTensor& o, float softmax_scale, const CheckOptions& options = {});
+
+// The same check in two steps, so that several outputs of one problem (one per stage) share the
+// expensive part: the fp64 reference and the low-precision baseline of the checked rows.
+struct ReferenceRows {
+  struct Row {
+    int64_t b, h, s;
+  };
+  std::vector<Row> rows;
+  std::vector<double> ref;      // rows.size() x head_dim, fp64 reference
+  std::vector<float> baseline;  // rows.size() x head_dim, plain low-precision attention
+  bool inputs_finite = true;    // q, k and v hold no NaN or Inf
+};
+ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                                     float softmax_scale, const CheckOptions& options = {});
+CheckResult check_against_reference(const ReferenceRows& reference, const HostTensor& o,
+                                    const CheckOptions& options = {});
 
 }  // namespace fa

@@ -2,10 +2,10 @@
 // expression and location. (The stage launchers return fa::Status instead; see params.h.)
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <stdexcept>
 #include <string>
-
-#include <cuda_runtime.h>
 
 namespace fa {
 

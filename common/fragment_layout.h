@@ -34,31 +34,57 @@ namespace fa {
 #endif
 
 // ---- the MMA's own fragments ------------------------------------------------------------------
-FA_HOST_DEVICE constexpr int mma_a_row(int lane, int e) { return lane / 4 + 8 * ((e / 2) % 2); }
-FA_HOST_DEVICE constexpr int mma_a_col(int lane, int e) { return 2 * (lane % 4) + e % 2 + 8 * (e / 4); }
-FA_HOST_DEVICE constexpr int mma_b_k(int lane, int e) { return 2 * (lane % 4) + e % 2 + 8 * (e / 2); }
-FA_HOST_DEVICE constexpr int mma_b_n(int lane, int /*e*/) { return lane / 4; }
-FA_HOST_DEVICE constexpr int mma_c_row(int lane, int i) { return lane / 4 + 8 * (i / 2); }
-FA_HOST_DEVICE constexpr int mma_c_col(int lane, int i) { return 2 * (lane % 4) + i % 2; }
+FA_HOST_DEVICE constexpr int mma_a_row(int lane, int e) {
+  return lane / 4 + 8 * ((e / 2) % 2);
+}
+FA_HOST_DEVICE constexpr int mma_a_col(int lane, int e) {
+  return 2 * (lane % 4) + e % 2 + 8 * (e / 4);
+}
+FA_HOST_DEVICE constexpr int mma_b_k(int lane, int e) {
+  return 2 * (lane % 4) + e % 2 + 8 * (e / 2);
+}
+FA_HOST_DEVICE constexpr int mma_b_n(int lane, int /*e*/) {
+  return lane / 4;
+}
+FA_HOST_DEVICE constexpr int mma_c_row(int lane, int i) {
+  return lane / 4 + 8 * (i / 2);
+}
+FA_HOST_DEVICE constexpr int mma_c_col(int lane, int i) {
+  return 2 * (lane % 4) + i % 2;
+}
 
 // ---- ldmatrix addressing ------------------------------------------------------------------------
 // Which row and column of a 16x16 tile lane `lane` points at, so that one ldmatrix.x4 fills:
 //
 // (1) an A fragment (Q: 16 query rows x 16 head dims):
-//     matrix 0 = rows 0-7 / cols 0-7, 1 = rows 8-15 / cols 0-7, 2 = rows 0-7 / cols 8-15, 3 = rows 8-15 / cols 8-15
-FA_HOST_DEVICE constexpr int ldmatrix_a_row(int lane) { return lane % 8 + 8 * ((lane / 8) % 2); }
-FA_HOST_DEVICE constexpr int ldmatrix_a_col(int lane) { return 8 * (lane / 16); }
+//     matrix 0 = rows 0-7 / cols 0-7, 1 = rows 8-15 / cols 0-7, 2 = rows 0-7 / cols 8-15, 3 = rows 8-15 /
+//     cols 8-15
+FA_HOST_DEVICE constexpr int ldmatrix_a_row(int lane) {
+  return lane % 8 + 8 * ((lane / 8) % 2);
+}
+FA_HOST_DEVICE constexpr int ldmatrix_a_col(int lane) {
+  return 8 * (lane / 16);
+}
 
 // (2) the B fragments of two neighbouring n-tiles from a tile stored [n][k] (K: 16 keys x 16 head
 //     dims, for S = Q K^T): registers 0,1 = B of keys 0-7, registers 2,3 = B of keys 8-15.
-//     matrix 0 = keys 0-7 / dims 0-7, 1 = keys 0-7 / dims 8-15, 2 = keys 8-15 / dims 0-7, 3 = keys 8-15 / dims 8-15
-FA_HOST_DEVICE constexpr int ldmatrix_bt_row(int lane) { return lane % 8 + 8 * (lane / 16); }
-FA_HOST_DEVICE constexpr int ldmatrix_bt_col(int lane) { return 8 * ((lane / 8) % 2); }
+//     matrix 0 = keys 0-7 / dims 0-7, 1 = keys 0-7 / dims 8-15, 2 = keys 8-15 / dims 0-7, 3 = keys 8-15 /
+//     dims 8-15
+FA_HOST_DEVICE constexpr int ldmatrix_bt_row(int lane) {
+  return lane % 8 + 8 * (lane / 16);
+}
+FA_HOST_DEVICE constexpr int ldmatrix_bt_col(int lane) {
+  return 8 * ((lane / 8) % 2);
+}
 
 // (3) with .trans, the B fragments of two neighbouring n-tiles from a tile stored [k][n] (V: 16 keys
 //     x 16 head dims, for O += P V): registers 0,1 = B of dims 0-7, registers 2,3 = B of dims 8-15.
 //     The addressing is the same as for (1): matrix 0 = keys 0-7 / dims 0-7, 1 = keys 8-15 / dims 0-7, ...
-FA_HOST_DEVICE constexpr int ldmatrix_b_trans_row(int lane) { return ldmatrix_a_row(lane); }
-FA_HOST_DEVICE constexpr int ldmatrix_b_trans_col(int lane) { return ldmatrix_a_col(lane); }
+FA_HOST_DEVICE constexpr int ldmatrix_b_trans_row(int lane) {
+  return ldmatrix_a_row(lane);
+}
+FA_HOST_DEVICE constexpr int ldmatrix_b_trans_col(int lane) {
+  return ldmatrix_a_col(lane);
+}
 
 }  // namespace fa

@@ -1,20 +1,23 @@
-#include "harness.h"
-
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
 
 #include "cuda_check.h"
+#include "harness.h"
 
 namespace fa {
 
 Problem::Problem(const ProblemConfig& config)
     : config_(config),
       scale_(config.softmax_scale != 0.0f ? config.softmax_scale : default_softmax_scale(config.head_dim)),
-      q_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout), config.dtype),
-      k_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout), config.dtype),
-      v_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout), config.dtype),
-      o_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout), config.dtype) {
+      q_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout),
+         config.dtype),
+      k_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout),
+         config.dtype),
+      v_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout),
+         config.dtype),
+      o_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout),
+         config.dtype) {
   // Distinct seeds per tensor, so q, k and v never share values.
   DeviceTensor* inputs[3] = {&q_, &k_, &v_};
   const float stds[3] = {config.q_std, config.k_std, config.v_std};
@@ -53,7 +56,20 @@ const HostTensor& Problem::host_v() {
   return *host_v_;
 }
 
+const ReferenceRows& Problem::reference(const CheckOptions& o) {
+  const CheckOptions& c = reference_options_;
+  const bool same = reference_ && c.full_check_max_rows == o.full_check_max_rows &&
+                    c.sampled_rows_per_head == o.sampled_rows_per_head && c.seed == o.seed;
+  if (!same) {
+    reference_ =
+        std::make_unique<ReferenceRows>(compute_reference_rows(host_q(), host_k(), host_v(), scale_, o));
+    reference_options_ = o;
+  }
+  return *reference_;
+}
+
 void Problem::set_inputs(const HostTensor& q, const HostTensor& k, const HostTensor& v) {
+  reference_.reset();
   q_.upload(q);
   k_.upload(k);
   v_.upload(v);
@@ -73,8 +89,7 @@ RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOpt
     return result;
   }
   result.output = problem.o().download();
-  result.check = check_attention(problem.host_q(), problem.host_k(), problem.host_v(), result.output,
-                                 problem.softmax_scale(), options);
+  result.check = check_against_reference(problem.reference(options), result.output, options);
   return result;
 }
 

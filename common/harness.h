@@ -39,6 +39,10 @@ class Problem {
 
   void poison_output() { o_.fill_bytes(0xFF); }
 
+  // The fp64 reference of the rows `options` selects, computed once per problem and options and
+  // shared by every stage that runs on it.
+  const ReferenceRows& reference(const CheckOptions& options);
+
   DeviceTensor& q() { return q_; }
   DeviceTensor& k() { return k_; }
   DeviceTensor& v() { return v_; }
@@ -49,6 +53,8 @@ class Problem {
   float scale_;
   DeviceTensor q_, k_, v_, o_;
   std::unique_ptr<HostTensor> host_q_, host_k_, host_v_;
+  std::unique_ptr<ReferenceRows> reference_;
+  CheckOptions reference_options_;
 };
 
 struct RunResult {

@@ -9,21 +9,31 @@ namespace fa {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kFloat16: return "fp16";
-    case DType::kBFloat16: return "bf16";
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kBFloat16:
+      return "bf16";
   }
   return "invalid";
 }
 
 bool parse_dtype(const std::string& text, DType* out) {
-  if (text == "fp16" || text == "float16" || text == "half") { *out = DType::kFloat16; return true; }
-  if (text == "bf16" || text == "bfloat16") { *out = DType::kBFloat16; return true; }
+  if (text == "fp16" || text == "float16" || text == "half") {
+    *out = DType::kFloat16;
+    return true;
+  }
+  if (text == "bf16" || text == "bfloat16") {
+    *out = DType::kBFloat16;
+    return true;
+  }
   return false;
 }
 
 namespace {
 
-bool valid_dtype(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
+bool valid_dtype(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
 
 // Checks one tensor: non-null, 16-byte aligned, and strides that keep every 16-byte row chunk
 // aligned. 8 elements of 2 bytes are 16 bytes.
@@ -34,8 +44,8 @@ std::string check_tensor(const char* name, const TensorView& t) {
   } else if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
     err << name << " pointer is not 16-byte aligned";
   } else if (t.batch_stride <= 0 || t.seq_stride <= 0 || t.head_stride <= 0) {
-    err << name << " strides must be positive (batch " << t.batch_stride << ", seq "
-        << t.seq_stride << ", head " << t.head_stride << ")";
+    err << name << " strides must be positive (batch " << t.batch_stride << ", seq " << t.seq_stride
+        << ", head " << t.head_stride << ")";
   } else if (t.batch_stride % 8 != 0 || t.seq_stride % 8 != 0 || t.head_stride % 8 != 0) {
     err << name << " strides (batch " << t.batch_stride << ", seq " << t.seq_stride << ", head "
         << t.head_stride << ") must be multiples of 8 elements so every row is 16-byte aligned";
@@ -49,12 +59,11 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
   std::ostringstream err;
   err << stage.name << ": ";
   if (p.batch <= 0 || p.heads <= 0 || p.seq_q <= 0 || p.seq_kv <= 0 || p.head_dim <= 0) {
-    err << "sizes must be positive (batch " << p.batch << ", heads " << p.heads << ", seq_q "
-        << p.seq_q << ", seq_kv " << p.seq_kv << ", head_dim " << p.head_dim << ")";
+    err << "sizes must be positive (batch " << p.batch << ", heads " << p.heads << ", seq_q " << p.seq_q
+        << ", seq_kv " << p.seq_kv << ", head_dim " << p.head_dim << ")";
     return Status::error(err.str());
   }
-  if (std::find(stage.head_dims.begin(), stage.head_dims.end(), p.head_dim) ==
-      stage.head_dims.end()) {
+  if (std::find(stage.head_dims.begin(), stage.head_dims.end(), p.head_dim) == stage.head_dims.end()) {
     err << "head_dim " << p.head_dim << " is not supported (supported:";
     for (int d : stage.head_dims) err << " " << d;
     err << ")";
@@ -78,8 +87,8 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
   }
   for (int i = 1; i < 4; ++i) {
     if (tensors[i]->dtype != p.q.dtype) {
-      err << "q, k, v and o must share one dtype (q is " << dtype_name(p.q.dtype) << ", "
-          << names[i] << " is " << dtype_name(tensors[i]->dtype) << ")";
+      err << "q, k, v and o must share one dtype (q is " << dtype_name(p.q.dtype) << ", " << names[i]
+          << " is " << dtype_name(tensors[i]->dtype) << ")";
       return Status::error(err.str());
     }
   }
@@ -100,8 +109,7 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
   // One thread block per (batch, head, query block), all in gridDim.x (limit 2^31 - 1), so batch
   // and head counts are not capped by the 65535 limit of gridDim.y/z.
   const int64_t q_blocks = p.seq_q / stage.block_q;
-  if (p.batch > INT_MAX || p.heads > INT_MAX ||
-      q_blocks > INT_MAX / p.heads / p.batch) {
+  if (p.batch > INT_MAX || p.heads > INT_MAX || q_blocks > INT_MAX / p.heads / p.batch) {
     err << "grid of " << p.batch << " x " << p.heads << " x " << q_blocks
         << " thread blocks exceeds CUDA's limit of 2^31-1 blocks";
     return Status::error(err.str());
@@ -112,8 +120,7 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
 Status launch_status(const char* stage_name) {
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::success();
-  return Status::error(std::string(stage_name) + ": kernel launch failed: " +
-                       cudaGetErrorString(e));
+  return Status::error(std::string(stage_name) + ": kernel launch failed: " + cudaGetErrorString(e));
 }
 
 }  // namespace fa

@@ -2,19 +2,21 @@
 // stage is (StageInfo), and the launcher's error type (Status). Nothing here knows about any stage.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <cuda_runtime.h>
 
 namespace fa {
 
 enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 
-const char* dtype_name(DType dtype);                 // "fp16" / "bf16"
+const char* dtype_name(DType dtype);                    // "fp16" / "bf16"
 bool parse_dtype(const std::string& text, DType* out);  // accepts fp16/float16/half, bf16/bfloat16
-inline int dtype_bytes(DType) { return 2; }
+inline int dtype_bytes(DType) {
+  return 2;
+}
 
 // A [batch, seq, heads, head_dim] tensor in device memory. Strides are in elements; head_dim is
 // contiguous (stride 1). Any batch/seq/head strides are allowed as long as every row of head_dim
@@ -51,11 +53,11 @@ struct Status {
 
 // What a stage supports; the registry, runner, tests and benchmark read only this.
 struct StageInfo {
-  const char* name;         // folder name, e.g. "01_base"
-  const char* idea;         // the one optimization this stage adds, in a few words
-  int block_q;              // Br: query rows per thread block (seq_q must be a multiple)
-  int block_kv;             // Bc: key/value rows per iteration (seq_kv must be a multiple)
-  int warps;                // warps per thread block
+  const char* name;            // folder name, e.g. "01_base"
+  const char* idea;            // the one optimization this stage adds, in a few words
+  int block_q;                 // Br: query rows per thread block (seq_q must be a multiple)
+  int block_kv;                // Bc: key/value rows per iteration (seq_kv must be a multiple)
+  int warps;                   // warps per thread block
   int min_compute_capability;  // e.g. 80 for sm_80
   std::vector<int> head_dims;
   std::vector<DType> dtypes;

@@ -7,8 +7,8 @@
 
 namespace fa {
 
-void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b,
-                        int64_t h, int64_t s, double scale, double* out) {
+void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
+                        int64_t s, double scale, double* out) {
   const int64_t seq_kv = k.layout.seq, dim = q.layout.head_dim;
   std::vector<double> q_row(dim), scores(seq_kv);
   for (int64_t d = 0; d < dim; ++d) q_row[d] = q.at(b, s, h, d);
@@ -31,8 +31,8 @@ void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTens
   }
 }
 
-void baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b,
-                       int64_t h, int64_t s, float scale, float* out) {
+void baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
+                       int64_t s, float scale, float* out) {
   const int64_t seq_kv = k.layout.seq, dim = q.layout.head_dim;
   const DType dtype = q.dtype;
   std::vector<float> q_row(dim), scores(seq_kv);

@@ -9,14 +9,14 @@
 namespace fa {
 
 // out[d] = sum_j softmax_j(scale * q_s . k_j) v_j[d], everything in double precision.
-void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b,
-                        int64_t h, int64_t s, double scale, double* out);
+void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
+                        int64_t s, double scale, double* out);
 
 // What a straightforward fp16/bf16 attention computes (the baseline of FlashAttention's own
 // tolerance rule): scores and softmax in fp32, the probabilities rounded to the input dtype
 // before P V (as every tensor-core kernel must feed them), P V accumulated in fp32, and the
 // output rounded to the dtype.
-void baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b,
-                       int64_t h, int64_t s, float scale, float* out);
+void baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
+                       int64_t s, float scale, float* out);
 
 }  // namespace fa

@@ -1,10 +1,10 @@
 #include "tensor.h"
 
-#include <cstring>
-#include <stdexcept>
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstring>
+#include <stdexcept>
 
 namespace fa {
 

@@ -1,11 +1,11 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <stdexcept>
 #include <utility>
 
 #include "cuda_check.h"
 #include "tensor.h"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 namespace fa {
 
@@ -36,9 +36,12 @@ __global__ void fill_normal_kernel(T* data, TensorLayout layout, uint64_t seed, 
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t rest = i;
-    const int64_t d = rest % layout.head_dim; rest /= layout.head_dim;
-    const int64_t h = rest % layout.heads;    rest /= layout.heads;
-    const int64_t s = rest % layout.seq;      rest /= layout.seq;
+    const int64_t d = rest % layout.head_dim;
+    rest /= layout.head_dim;
+    const int64_t h = rest % layout.heads;
+    rest /= layout.heads;
+    const int64_t s = rest % layout.seq;
+    rest /= layout.seq;
     const int64_t b = rest;
     const uint64_t bits = mix64(seed * 0x2545F4914F6CDD1Dull ^ mix64(static_cast<uint64_t>(i)));
     // Box-Muller on two 24-bit uniforms in (0, 1].
@@ -94,7 +97,8 @@ void DeviceTensor::fill_normal(uint64_t seed, float stddev) {
   if (dtype_ == DType::kFloat16) {
     fill_normal_kernel<__half><<<blocks, threads>>>(static_cast<__half*>(data_), layout_, seed, stddev);
   } else {
-    fill_normal_kernel<__nv_bfloat16><<<blocks, threads>>>(static_cast<__nv_bfloat16*>(data_), layout_, seed, stddev);
+    fill_normal_kernel<__nv_bfloat16>
+        <<<blocks, threads>>>(static_cast<__nv_bfloat16*>(data_), layout_, seed, stddev);
   }
   FA_CUDA_CHECK(cudaGetLastError());
   FA_CUDA_CHECK(cudaDeviceSynchronize());

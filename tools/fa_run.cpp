@@ -8,8 +8,8 @@
 //          [--csv FILE] [--no-time] [--list]
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -29,7 +29,8 @@ std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) if (!item.empty()) parts.push_back(item);
+  while (std::getline(in, item, ','))
+    if (!item.empty()) parts.push_back(item);
   return parts;
 }
 
@@ -43,14 +44,16 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char* message) {
-  std::fprintf(stderr, "fa_run: %s\n(see the comment at the top of tools/fa_run.cpp for the options)\n", message);
+  std::fprintf(stderr, "fa_run: %s\n(see the comment at the top of tools/fa_run.cpp for the options)\n",
+               message);
   std::exit(2);
 }
 
 int64_t parse_int(const std::string& text, const char* what) {
   char* end = nullptr;
   const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0') usage((std::string("not an integer for ") + what + ": " + text).c_str());
+  if (end == text.c_str() || *end != '\0')
+    usage((std::string("not an integer for ") + what + ": " + text).c_str());
   return value;
 }
 
@@ -62,25 +65,42 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value after " + arg).c_str());
       return argv[++i];
     };
-    if (arg == "--stage") o.stages = value();
-    else if (arg == "--dtype") o.dtypes = value();
-    else if (arg == "--head-dim") o.head_dims = value();
-    else if (arg == "--seq") o.seqs = value();
-    else if (arg == "--seq-kv") o.seq_kv = parse_int(value(), "--seq-kv");
-    else if (arg == "--batch") o.batch = parse_int(value(), "--batch");
-    else if (arg == "--heads") o.heads = parse_int(value(), "--heads");
-    else if (arg == "--warmup") o.warmup = static_cast<int>(parse_int(value(), "--warmup"));
-    else if (arg == "--reps") o.reps = static_cast<int>(parse_int(value(), "--reps"));
-    else if (arg == "--csv") o.csv = value();
-    else if (arg == "--no-time") o.time = false;
-    else if (arg == "--list") o.list = true;
+    if (arg == "--stage")
+      o.stages = value();
+    else if (arg == "--dtype")
+      o.dtypes = value();
+    else if (arg == "--head-dim")
+      o.head_dims = value();
+    else if (arg == "--seq")
+      o.seqs = value();
+    else if (arg == "--seq-kv")
+      o.seq_kv = parse_int(value(), "--seq-kv");
+    else if (arg == "--batch")
+      o.batch = parse_int(value(), "--batch");
+    else if (arg == "--heads")
+      o.heads = parse_int(value(), "--heads");
+    else if (arg == "--warmup")
+      o.warmup = static_cast<int>(parse_int(value(), "--warmup"));
+    else if (arg == "--reps")
+      o.reps = static_cast<int>(parse_int(value(), "--reps"));
+    else if (arg == "--csv")
+      o.csv = value();
+    else if (arg == "--no-time")
+      o.time = false;
+    else if (arg == "--list")
+      o.list = true;
     else if (arg == "--layout") {
       const std::string l = value();
-      if (l == "contiguous") o.layout = LayoutKind::kContiguous;
-      else if (l == "padded") o.layout = LayoutKind::kPadded;
-      else if (l == "head-major") o.layout = LayoutKind::kHeadMajor;
-      else usage(("unknown layout " + l).c_str());
-    } else usage(("unknown option " + arg).c_str());
+      if (l == "contiguous")
+        o.layout = LayoutKind::kContiguous;
+      else if (l == "padded")
+        o.layout = LayoutKind::kPadded;
+      else if (l == "head-major")
+        o.layout = LayoutKind::kHeadMajor;
+      else
+        usage(("unknown layout " + l).c_str());
+    } else
+      usage(("unknown option " + arg).c_str());
   }
   if (o.reps < 1 || o.warmup < 0) usage("--reps must be >= 1 and --warmup >= 0");
   return o;
@@ -100,9 +120,10 @@ std::string csv_header_comment() {
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   const char* rev = std::getenv("FA_GIT_REV");
   out << "# gpu=" << prop.name << "; sm=" << prop.major << prop.minor << "; sms=" << prop.multiProcessorCount
-      << "; cuda_driver=" << driver / 1000 << "." << (driver % 1000) / 10 << "; cuda_runtime=" << runtime / 1000
-      << "." << (runtime % 1000) / 10 << "; sm_clock_max_mhz=" << clock_khz / 1000 << "; date=" << date
-      << "; git=" << (rev ? rev : "unknown") << "\n";
+      << "; cuda_driver=" << driver / 1000 << "." << (driver % 1000) / 10
+      << "; cuda_runtime=" << runtime / 1000 << "." << (runtime % 1000) / 10
+      << "; sm_clock_max_mhz=" << clock_khz / 1000 << "; date=" << date << "; git=" << (rev ? rev : "unknown")
+      << "\n";
   return out.str();
 }
 
@@ -123,7 +144,8 @@ int main(int argc, char** argv) {
   }
   if (opt.list) {
     for (const StageInfo* s : registered_stages())
-      std::printf("%-20s Br=%-3d Bc=%-3d warps=%d  %s\n", s->name, s->block_q, s->block_kv, s->warps, s->idea);
+      std::printf("%-20s Br=%-3d Bc=%-3d warps=%d  %s\n", s->name, s->block_q, s->block_kv, s->warps,
+                  s->idea);
     return 0;
   }
   std::vector<DType> dtypes;
@@ -133,7 +155,8 @@ int main(int argc, char** argv) {
     dtypes.push_back(t);
   }
   std::vector<int64_t> head_dims, seqs;
-  for (const std::string& d : split(opt.head_dims == "all" ? "64,128" : opt.head_dims)) head_dims.push_back(parse_int(d, "--head-dim"));
+  for (const std::string& d : split(opt.head_dims == "all" ? "64,128" : opt.head_dims))
+    head_dims.push_back(parse_int(d, "--head-dim"));
   for (const std::string& s : split(opt.seqs)) seqs.push_back(parse_int(s, "--seq"));
 
   std::string why;
@@ -147,7 +170,8 @@ int main(int argc, char** argv) {
     csv.open(opt.csv);
     if (!csv) usage(("cannot write " + opt.csv).c_str());
     csv << csv_header_comment();
-    csv << "impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status\n";
+    csv << "impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,"
+           "tolerance,status\n";
   }
 
   std::printf("%-18s %-5s %4s %5s %5s %6s %6s %10s %10s %9s %11s %11s  %s\n", "stage", "dtype", "D", "B", "H",
@@ -178,33 +202,38 @@ int main(int argc, char** argv) {
             try {
               timing = time_stage(*stage, problem, opt.warmup, opt.reps);
               // The last timed launch must have produced the checked output, bit for bit.
-              if (problem.o().download().raw != run.output.raw) status = "FAIL: output changed between launches (race?)";
+              if (problem.o().download().raw != run.output.raw)
+                status = "FAIL: output changed between launches (race?)";
             } catch (const std::exception& e) {
               status = std::string("ERROR: during timing: ") + e.what();
             }
           }
           const bool ok = status == "PASS";
           failures += ok ? 0 : 1;
-          const double tflops = ok && opt.time ? attention_flops(config) / (timing.median_ms * 1e-3) / 1e12 : 0.0;
+          const double tflops =
+              ok && opt.time ? attention_flops(config) / (timing.median_ms * 1e-3) / 1e12 : 0.0;
           if (ok && opt.time) {
-            std::printf("%-18s %-5s %4lld %5lld %5lld %6lld %6lld %10.4f %10.4f %9.1f %11.3e %11.3e  PASS\n", stage->name,
-                        dtype_name(dtype), (long long)head_dim, (long long)config.batch, (long long)config.heads,
-                        (long long)config.seq_q, (long long)config.seq_kv, timing.median_ms, timing.min_ms, tflops,
-                        run.check.max_abs_err, run.check.rel_l2_err);
+            std::printf("%-18s %-5s %4lld %5lld %5lld %6lld %6lld %10.4f %10.4f %9.1f %11.3e %11.3e  PASS\n",
+                        stage->name, dtype_name(dtype), (long long)head_dim, (long long)config.batch,
+                        (long long)config.heads, (long long)config.seq_q, (long long)config.seq_kv,
+                        timing.median_ms, timing.min_ms, tflops, run.check.max_abs_err, run.check.rel_l2_err);
           } else {
-            std::printf("%-18s %-5s %4lld %5lld %5lld %6lld %6lld %10s %10s %9s %11.3e %11.3e  %s\n", stage->name,
-                        dtype_name(dtype), (long long)head_dim, (long long)config.batch, (long long)config.heads,
-                        (long long)config.seq_q, (long long)config.seq_kv, "-", "-", "-", run.check.max_abs_err,
-                        run.check.rel_l2_err, status.c_str());
+            std::printf("%-18s %-5s %4lld %5lld %5lld %6lld %6lld %10s %10s %9s %11.3e %11.3e  %s\n",
+                        stage->name, dtype_name(dtype), (long long)head_dim, (long long)config.batch,
+                        (long long)config.heads, (long long)config.seq_q, (long long)config.seq_kv, "-", "-",
+                        "-", run.check.max_abs_err, run.check.rel_l2_err, status.c_str());
           }
           std::fflush(stdout);
           if (csv) {
             std::string clean = status;
-            for (char& c : clean) if (c == ',' || c == '\n') c = ';';
+            for (char& c : clean)
+              if (c == ',' || c == '\n') c = ';';
             csv << stage->name << "," << dtype_name(dtype) << "," << head_dim << "," << config.batch << ","
                 << config.heads << "," << config.seq_q << "," << config.seq_kv << ",";
-            if (ok && opt.time) csv << timing.median_ms << "," << timing.min_ms << "," << tflops << ",";
-            else csv << ",,,";
+            if (ok && opt.time)
+              csv << timing.median_ms << "," << timing.min_ms << "," << tflops << ",";
+            else
+              csv << ",,,";
             csv << run.check.max_abs_err << "," << run.check.rel_l2_err << "," << run.check.tolerance << ","
                 << clean << "\n";
             csv.flush();
@@ -213,6 +242,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (failures) std::printf("\n%d result(s) failed their check or could not run; they have no time.\n", failures);
+  if (failures)
+    std::printf("\n%d result(s) failed their check or could not run; they have no time.\n", failures);
   return failures ? 1 : 0;
 }
