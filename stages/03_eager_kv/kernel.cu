@@ -1,7 +1,8 @@
 // Stage 03: eager K/V loads.
 //
-// Stage 2 issued each copy and waited for it at once, so the SMs sat idle for a full global-memory
-// latency twice per K/V block. Now each copy is issued one phase before its data is needed: the V
+// Stage 2 issued each copy and waited for it at once, so every warp of a block stalled for a full
+// global-memory latency twice per K/V block, with only the SM's other resident block to cover
+// the gap. Now each copy is issued one phase before its data is needed: the V
 // block is requested before S = Q K^T and lands while the QK^T MMAs run, and the next K block is
 // requested as soon as every warp has read the current one, landing while softmax and P V run.
 // K and V still have one shared-memory buffer each.

@@ -1,11 +1,12 @@
 // Stage 05: shared -> register loads interleaved with the MMAs.
 //
-// Stages 1-4 loaded all fragments of a K block (and of a V block) into registers before the first
-// MMA: for head_dim 128 that is 64 registers of K and 64 of V per thread, and every MMA waited
-// behind the whole burst of ldmatrix. Now each block is consumed in chunks along the reduction
-// dimension (16 head dims of K, 16 keys of V): a chunk is loaded right before the MMAs that use it,
-// so only one chunk is live at a time and the warp scheduler can overlap one chunk's loads with
-// another warp's MMAs.
+// Stages 1-4 asked for all fragments of a K block (and of a V block) before the first MMA: for
+// head_dim 128 that is 64 registers of K and 64 of V per thread, all loaded before any use. Now
+// each block is consumed in chunks along the reduction dimension (16 head dims of K, 16 keys of V):
+// a chunk is loaded right before the MMAs that use it, so the source asks for one live chunk at a
+// time and lets a chunk's loads overlap the previous chunk's MMAs. (ptxas schedules the fully
+// unrolled loops itself and had already moved many loads next to their MMAs in stage 4; the SASS
+// and the timing in docs/stages/05_interleave.md show how much is left to gain.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
