@@ -122,6 +122,10 @@ def run_quiet(cmd, cwd=REPO):
 
 
 def git_revision():
+    # A copy of the tree without .git (e.g. one shipped to a remote GPU machine) can say which
+    # revision it is through FA_GIT_REV.
+    if os.environ.get("FA_GIT_REV"):
+        return os.environ["FA_GIT_REV"]
     rev = run_quiet(["git", "rev-parse", "--short", "HEAD"])
     if rev is None:
         return "unknown"
