@@ -216,13 +216,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
       block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
       block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
       const float new_max = fmaxf(row_max[r], block_max);
-      const float correction = expf(row_max[r] - new_max);  // 0 on the first block (max was -inf)
+      // While every score so far is -inf (keys masked by infinite inputs) subtract 0, not the max:
+      // -inf - (-inf) is NaN, but exp(-inf - 0) is the 0 weight the reference gives those keys.
+      const float max_for_exp = new_max == -INFINITY ? 0.0f : new_max;
+      const float correction = expf(row_max[r] - max_for_exp);  // 0 on the first block (max was -inf)
       row_max[r] = new_max;
       float block_sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < kKeyTiles; ++n) {
-        s_acc[n][2 * r] = expf(s_acc[n][2 * r] - new_max);
-        s_acc[n][2 * r + 1] = expf(s_acc[n][2 * r + 1] - new_max);
+        s_acc[n][2 * r] = expf(s_acc[n][2 * r] - max_for_exp);
+        s_acc[n][2 * r + 1] = expf(s_acc[n][2 * r + 1] - max_for_exp);
         block_sum += s_acc[n][2 * r] + s_acc[n][2 * r + 1];
       }
       block_sum += __shfl_xor_sync(0xffffffffu, block_sum, 1);

@@ -212,7 +212,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
       block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
       block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
       const float new_max = fmaxf(row_max[r], block_max);
-      const float new_max_scaled = new_max * scale_log2;
+      // While every score so far is -inf (keys masked by infinite inputs) subtract 0, not the max:
+      // -inf - (-inf) is NaN, but exp2(-inf - 0) is the 0 weight the reference gives those keys.
+      const float new_max_scaled = (new_max == -INFINITY ? 0.0f : new_max) * scale_log2;
       // 0 on the first block (max was -inf)
       const float correction = exp2_approx(row_max[r] * scale_log2 - new_max_scaled);
       row_max[r] = new_max;
