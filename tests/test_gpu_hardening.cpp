@@ -821,14 +821,12 @@ TEST_CASE("NaN and Inf inputs reach exactly the output elements the reference sa
   check_nonfinite_cases(cases, seq_kv);
 }
 
-// A known disagreement, kept visible: when every score of a row's FIRST K/V block is -inf, the
-// kernels' running maximum is still -inf after that block and exp(-inf - (-inf)) = NaN poisons the
-// row, while the reference (whose maximum is over the whole row) masks those keys and is finite.
-// FlashAttention handles this by subtracting 0 instead of a -inf maximum ("Check_inf"). Inputs
-// with +/-Inf in K are outside what most callers send, so this test may fail without failing the
-// run ([!mayfail]); its output says which stages disagree.
-TEST_CASE("+Inf in k[.][0] of the whole FIRST K/V block, q[0] < 0: keys masked, rows finite (known issue)",
-          "[gpu][hardening][numerics][nonfinite][!mayfail]") {
+// +Inf in K that masks the whole FIRST K/V block of a row: every score of that block is -inf, so
+// the running max is still -inf after it. A kernel that computes exp(s - max) there gets
+// exp(-inf - (-inf)) = NaN and poisons the row, while the reference masks those keys and is
+// finite. Every stage subtracts 0 instead while the max is -inf (as FlashAttention does).
+TEST_CASE("+Inf in k[.][0] of the whole FIRST K/V block, q[0] < 0: keys masked, rows finite",
+          "[gpu][hardening][numerics][nonfinite]") {
   const int64_t bc = largest_block_kv();
   const int64_t seq_kv = std::max<int64_t>(256, 4 * bc);
   const float inf = std::numeric_limits<float>::infinity();
