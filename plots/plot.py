@@ -15,10 +15,11 @@ Needs matplotlib (Agg backend, no display); the CSV is read with the standard cs
 
 import argparse
 import collections
-import csv
 import os
 import re
 import sys
+
+from results_csv import read_results_csv  # plots/results_csv.py, next to this script
 
 BEGIN_MARKER = "<!-- results-table:begin -->"
 END_MARKER = "<!-- results-table:end -->"
@@ -40,17 +41,7 @@ def number(text):
 
 def read_results(path):
     """(meta: {key: value} from the '# key=value' lines, rows: [dict])."""
-    meta, lines = {}, []
-    with open(path, newline="", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("#"):
-                text = line[1:].strip()
-                if "=" in text:
-                    key, value = text.split("=", 1)
-                    meta.setdefault(key.strip(), value.strip())
-            elif line.strip():
-                lines.append(line)
-    rows = list(csv.DictReader(lines))
+    meta, rows = read_results_csv(path)
     if not rows:
         print("plot.py: %s has no result rows" % path, file=sys.stderr)
         raise SystemExit(2)

@@ -37,6 +37,7 @@
 #include "common/harness.h"
 #include "common/reference.h"
 #include "common/registry.h"
+#include "gpu_stages.h"
 
 using fa::AttentionParams;
 using fa::CheckOptions;
@@ -46,6 +47,8 @@ using fa::LayoutKind;
 using fa::Problem;
 using fa::ProblemConfig;
 using fa::StageInfo;
+using fa_test::runnable_stages;
+using fa_test::supports;
 
 namespace {
 
@@ -56,35 +59,6 @@ constexpr int kHeadDims[] = {64, 128};
 // ------------------------------------------------------------------------------------------------
 // Stages and shapes
 // ------------------------------------------------------------------------------------------------
-
-int device_compute_capability() {
-  int device = 0, major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&device));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return 10 * major + minor;
-}
-
-// The stages this GPU can run; the others are named as skipped, never counted as passed.
-std::vector<const StageInfo*> runnable_stages() {
-  std::vector<const StageInfo*> stages;
-  const int cc = device_compute_capability();
-  for (const StageInfo* stage : fa::registered_stages()) {
-    if (cc >= stage->min_compute_capability) {
-      stages.push_back(stage);
-    } else {
-      WARN("stage " << stage->name << " skipped: needs sm_" << stage->min_compute_capability << ", GPU is sm_"
-                    << cc);
-    }
-  }
-  REQUIRE_FALSE(stages.empty());
-  return stages;
-}
-
-bool supports(const StageInfo& stage, DType dtype, int64_t head_dim) {
-  return std::count(stage.dtypes.begin(), stage.dtypes.end(), dtype) > 0 &&
-         std::count(stage.head_dims.begin(), stage.head_dims.end(), head_dim) > 0;
-}
 
 // A sequence length every stage accepts: a multiple of every stage's block size.
 int64_t common_block_q(const std::vector<const StageInfo*>& stages) {

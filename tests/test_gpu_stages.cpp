@@ -15,12 +15,15 @@
 #include "common/cuda_check.h"
 #include "common/harness.h"
 #include "common/registry.h"
+#include "gpu_stages.h"
 
 using fa::DType;
 using fa::LayoutKind;
 using fa::Problem;
 using fa::ProblemConfig;
 using fa::StageInfo;
+using fa_test::runnable_stages;
+using fa_test::supports;
 
 namespace {
 
@@ -43,35 +46,6 @@ std::string describe(const ProblemConfig& c) {
       << c.q_std << "/" << c.k_std;
   if (c.softmax_scale != 0.0f) out << ", scale " << c.softmax_scale;
   return out.str();
-}
-
-int device_compute_capability() {
-  int device = 0, major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&device));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return 10 * major + minor;
-}
-
-bool supports(const StageInfo& stage, DType dtype, int head_dim) {
-  return std::count(stage.dtypes.begin(), stage.dtypes.end(), dtype) > 0 &&
-         std::count(stage.head_dims.begin(), stage.head_dims.end(), head_dim) > 0;
-}
-
-// The stages this GPU can run; the others are named as skipped, never counted as passed.
-std::vector<const StageInfo*> runnable_stages() {
-  std::vector<const StageInfo*> stages;
-  const int cc = device_compute_capability();
-  for (const StageInfo* stage : fa::registered_stages()) {
-    if (cc >= stage->min_compute_capability) {
-      stages.push_back(stage);
-    } else {
-      WARN("stage " << stage->name << " skipped: needs sm_" << stage->min_compute_capability << ", GPU is sm_"
-                    << cc);
-    }
-  }
-  REQUIRE_FALSE(stages.empty());
-  return stages;
 }
 
 using EditInputs = std::function<void(Problem&)>;

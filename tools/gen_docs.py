@@ -38,6 +38,8 @@ import re
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "plots"))
+from results_csv import read_results_csv  # noqa: E402  (plots/results_csv.py)
 STAGES_DIR = os.path.join(REPO, "stages")
 STAGE_DOCS = os.path.join(REPO, "docs", "stages")
 PERF_LOG = os.path.join(REPO, "docs", "performance_log.md")
@@ -179,17 +181,7 @@ def load_csv(path):
     """(meta dict, rows) or (None, None) if the file does not exist."""
     if not os.path.exists(path):
         return None, None
-    meta, lines = {}, []
-    with open(path, newline="", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("#"):
-                body = line[1:].strip()
-                if "=" in body:
-                    key, value = body.split("=", 1)
-                    meta.setdefault(key.strip(), value.strip())
-            elif line.strip():
-                lines.append(line)
-    rows = list(csv.DictReader(lines))
+    meta, rows = read_results_csv(path)
     need = {"impl", "dtype", "head_dim", "batch", "heads", "seq_q", "seq_kv", "median_ms", "tflops", "status"}
     if rows and not need <= set(rows[0]):
         raise DocError("%s lacks the columns %s" % (rel(path), ", ".join(sorted(need - set(rows[0])))))
