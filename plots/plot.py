@@ -101,6 +101,8 @@ def make_groups(rows):
         if shapes_per_dtype_dim[(key[0], key[1])] > 1:
             slug += "_b%s_h%s" % (key[2], key[3])
         groups.append(Group(key, group_rows, re.sub(r"[^A-Za-z0-9_.-]", "-", slug)))
+    # The headline configuration of the project (fp16, head_dim 128) first, then the rest in CSV order.
+    groups.sort(key=lambda g: (g.dtype, g.head_dim) != ("fp16", "128"))
     return groups
 
 
