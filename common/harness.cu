@@ -78,7 +78,7 @@ void Problem::set_inputs(const HostTensor& q, const HostTensor& k, const HostTen
   host_v_ = std::make_unique<HostTensor>(v);
 }
 
-RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOptions& options) {
+RunResult launch_and_download(const StageInfo& stage, Problem& problem) {
   RunResult result;
   problem.poison_output();
   result.status = stage.launch(problem.params(), nullptr);
@@ -89,6 +89,12 @@ RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOpt
     return result;
   }
   result.output = problem.o().download();
+  return result;
+}
+
+RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOptions& options) {
+  RunResult result = launch_and_download(stage, problem);
+  if (!result.status.ok()) return result;
   result.check = check_against_reference(problem.reference(options), result.output, options);
   return result;
 }

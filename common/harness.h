@@ -64,7 +64,11 @@ struct RunResult {
   bool passed() const { return status.ok() && check.passed; }
 };
 
-// Poison O, launch, wait, check every output element that the options ask for.
+// Poison O, launch, wait, download the output; `check` stays empty (for repeated launches, and for
+// checks against inputs other than the problem's cached host copies).
+RunResult launch_and_download(const StageInfo& stage, Problem& problem);
+
+// launch_and_download, then check every output element that the options ask for.
 RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOptions& options = {});
 
 struct Timing {

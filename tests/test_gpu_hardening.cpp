@@ -141,27 +141,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 // Launching and host-side helpers
 // ------------------------------------------------------------------------------------------------
 
-struct Launch {
-  fa::Status status;
-  HostTensor output;
-};
-
-// Poison O, launch, wait, download: run_and_check without the check (for repeated launches, and for
-// checks against host inputs that are not the problem's cached copies).
-Launch launch_and_download(const StageInfo& stage, Problem& problem) {
-  Launch result;
-  problem.poison_output();
-  result.status = stage.launch(problem.params(), nullptr);
-  if (!result.status.ok()) return result;
-  const cudaError_t sync = cudaDeviceSynchronize();
-  if (sync != cudaSuccess) {
-    result.status =
-        fa::Status::error(std::string(stage.name) + ": kernel failed: " + cudaGetErrorString(sync));
-    return result;
-  }
-  result.output = problem.o().download();
-  return result;
-}
+using Launch = fa::RunResult;
+using fa::launch_and_download;
 
 // Rows [s_begin, s_end) of every (batch, head) of `t`, as a contiguous host tensor.
 HostTensor slice_seq(const HostTensor& t, int64_t s_begin, int64_t s_end) {
