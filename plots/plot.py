@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-from results_csv import read_results_csv  # plots/results_csv.py, next to this script
+from results_csv import number, read_results_csv  # plots/results_csv.py, next to this script
 
 BEGIN_MARKER = "<!-- results-table:begin -->"
 END_MARKER = "<!-- results-table:end -->"
@@ -29,14 +29,6 @@ REFERENCE_SHORT = {"fa2": "FA2", "cudnn": "cuDNN"}
 
 # ------------------------------------------------------------------------------------------------
 # Reading
-
-
-def number(text):
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if value == value else None
 
 
 def read_results(path):

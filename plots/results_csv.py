@@ -5,6 +5,15 @@ Shared by plots/plot.py and tools/gen_docs.py, so the two always read a results 
 import csv
 
 
+def number(text):
+    """A CSV cell as a float, or None for an empty, non-numeric or NaN cell."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value else None
+
+
 def read_results_csv(path):
     """(meta: {key: value} from the '# key=value' lines (first one wins), rows: [dict])."""
     meta, lines = {}, []

@@ -39,7 +39,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "plots"))
-from results_csv import read_results_csv  # noqa: E402  (plots/results_csv.py)
+from results_csv import number, read_results_csv  # noqa: E402  (plots/results_csv.py)
 STAGES_DIR = os.path.join(REPO, "stages")
 STAGE_DOCS = os.path.join(REPO, "docs", "stages")
 PERF_LOG = os.path.join(REPO, "docs", "performance_log.md")
@@ -167,14 +167,6 @@ def sass_section(stage, previous, loops, usage):
 
 # ------------------------------------------------------------------------------------------------
 # The benchmark CSV
-
-
-def number(text):
-    try:
-        v = float(text)
-    except (TypeError, ValueError):
-        return None
-    return v if v == v else None
 
 
 def load_csv(path):
