@@ -11,7 +11,9 @@ contains, the head_dim-128 kernels (mangled names containing "Li128E") must show
 
   * HMMA and LDSM                  mma.sync and ldmatrix (every stage)
   * LDGSTS from stage 2 on         cp.async; and none in stage 1, whose copies are synchronous
-  * no LDL / STL                   no register spills to local memory
+  * no LDL / STL                   no register spills to local memory, except a stage listed in
+                                   SPILL_BUDGET: at most that many LDL + STL per kernel, for the
+                                   measured reason recorded there
   * MUFU.EX2 from stage 7 on       exp2 on the special-function unit
   * stage 7 vs stage 6: fewer FMUL by at least kBlockKV/8*4 (16 for Bc = 32), per kernel.
 
@@ -40,6 +42,16 @@ from pathlib import Path
 
 SKIP = 77
 DEFAULT_ARCHS = ("sm_80", "sm_90")
+
+# Stages allowed a few spill instructions (LDL + STL per head_dim-128 kernel), and why. Every other
+# stage must have none.
+SPILL_BUDGET = {
+    # 255 registers per thread (128 fp32 O + 64 fp32 S accumulators). ptxas (CUDA 13.0) keeps one
+    # loop-invariant copy offset in local memory: 4 LDL/STL on sm_90 (2 LDL per K/V block, L1 hits),
+    # 20 on sm_80. The spill-free build (-Xptxas -O1) measured 1-4% slower at head_dim 128 and 6-7%
+    # slower at head_dim 64 on the H200 (docs/stages/09_two_mtiles.md#the-spill).
+    "09_two_mtiles": 24,
+}
 
 # An instruction line of cuobjdump -sass: "/*0120*/  @!P0 LDGSTS.E.BYPASS.128 [R1], ... ;"
 INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
@@ -203,8 +215,9 @@ def main() -> int:
                     expect(b["LDGSTS"] > 0, f"{where}: no LDGSTS (cp.async) from stage 2 on")
                 else:
                     expect(b["LDGSTS"] == 0, f"{where}: LDGSTS in stage 1, whose copies should be plain loads")
-                expect(b["LDL"] == 0 and b["STL"] == 0,
-                       f"{where}: register spills ({b['LDL']} LDL, {b['STL']} STL)")
+                budget = SPILL_BUDGET.get(name, 0)
+                expect(b["LDL"] + b["STL"] <= budget,
+                       f"{where}: register spills ({b['LDL']} LDL, {b['STL']} STL; allowed {budget})")
                 if number >= 7:
                     expect(kernel.count_prefix("MUFU.EX2") > 0, f"{where}: no MUFU.EX2 (exp2) from stage 7 on")
 
