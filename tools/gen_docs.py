@@ -12,7 +12,10 @@ Sections (everything between the markers is replaced; the rest of each page is h
     <!-- results:begin --> ... <!-- results:end -->
         from the benchmark CSV: for this stage and the previous one, per (dtype, head_dim, batch,
         heads) and sequence length, median ms, TFLOP/s, % of FA2 and the change in time against the
-        previous stage, plus where the numbers come from (GPU, date, git revision, CSV path)
+        previous stage, plus where the numbers come from (GPU, date, git revision, CSV path).
+        A page whose prose discusses one particular run pins its tables to that run's CSV with a
+        line '<!-- results-csv: plots/results/<file>.csv -->' (outside the markers); otherwise
+        the tables come from --csv
     <!-- sass:begin --> ... <!-- sass:end -->
         static SASS counts of this stage's and the previous stage's main loop (fp16, head_dim 128,
         sm_90) and their registers, parsed from docs/evidence/sass_sm90_fp16_d128.txt (written by
@@ -326,6 +329,9 @@ def headline_section(stages, meta, rows, csv_path):
 # Rewriting marked sections
 
 
+PINNED_CSV = re.compile(r"<!-- results-csv: (\S+) -->")
+
+
 def replace_section(text, name, body, path):
     begin, end = "<!-- %s:begin -->" % name, "<!-- %s:end -->" % name
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
@@ -357,8 +363,21 @@ def main(argv=None):
         if not os.path.exists(path):
             problems.append("%s: missing (every stage needs a page)" % rel(path))
             continue
+        page_csv, page_meta, page_rows = args.csv, meta, rows
+        with open(path, encoding="utf-8") as f:
+            pinned = PINNED_CSV.search(f.read())
+        if pinned:
+            page_csv = os.path.join(REPO, pinned.group(1))
+            try:
+                page_meta, page_rows = load_csv(page_csv)
+            except (DocError, csv.Error, OSError) as e:
+                problems.append("%s: %s" % (rel(path), e))
+                continue
+            if page_rows is None:
+                problems.append("%s: pinned CSV %s does not exist" % (rel(path), pinned.group(1)))
+                continue
         sections = [("diff", diff_section(stage, previous)),
-                    ("results", results_section(stage, previous, meta, rows, args.csv)),
+                    ("results", results_section(stage, previous, page_meta, page_rows, page_csv)),
                     ("sass", sass_section(stage, previous, loops, usage))]
         pages.append((path, sections))
     if os.path.exists(PERF_LOG):
