@@ -27,7 +27,7 @@ std::vector<StageLayout> stage_layouts() {
   return layouts;
 }
 
-constexpr int kMaxTileRows = 128;  // the largest tile any stage stages (Br = 128 in stage 8)
+constexpr int kMaxTileRows = 128;  // the largest tile any stage stages (Br = 128 from stage 8 on)
 constexpr int kElemBytes = 2;      // fp16 / bf16
 const int kRowElemsCases[] = {64, 128};
 
@@ -177,6 +177,34 @@ TEST_CASE("16-byte global->shared copies are conflict-free in every stage", "[sm
         worst = std::max(worst, conflict_degree(bytes, 16));
       }
       CHECK(worst == 1);
+    }
+  }
+}
+
+// Stage 9 forms its fragment and copy addresses as a per-lane base plus compile-time offsets
+// (LaneAddress, copy_tile_to_smem): the sub-tile 16 rows further down, or 64 columns (8 chunks)
+// further right, is the same swizzle shifted by a constant. This checks that identity for every
+// swizzled layout, every lane of every ldmatrix addressing, and both head dims.
+TEST_CASE("swizzled layouts: +16 rows and +64 columns are constant shifts (stage 9's lane bases)", "[smem]") {
+  for (const StageLayout& s : stage_layouts()) {
+    if (!swizzle_expected(s)) continue;
+    for (int row_elems : kRowElemsCases) {
+      for (const Addressing& a : kLdmatrixAddressings) {
+        INFO("stage " << s.stage << ", row_elems " << row_elems << ", loading " << a.what);
+        int mismatches = 0;
+        for (int row0 = 0; row0 < kMaxTileRows; row0 += 16)
+          for (int lane = 0; lane < 32; ++lane) {
+            const int row = row0 + a.row(lane);
+            const int col_in_pair = a.col(lane);  // 0 or 8
+            for (int i = 0; row + 16 * i < kMaxTileRows; ++i)
+              for (int j = 0; 16 * j < row_elems; ++j) {
+                const int base = s.tile_offset(row, 16 * (j % 4) + col_in_pair, row_elems);
+                const int expected = base + (j / 4) * 64 + 16 * i * row_elems;
+                if (s.tile_offset(row + 16 * i, 16 * j + col_in_pair, row_elems) != expected) ++mismatches;
+              }
+          }
+        CHECK(mismatches == 0);
+      }
     }
   }
 }
