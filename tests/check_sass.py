@@ -48,7 +48,7 @@ DEFAULT_ARCHS = ("sm_80", "sm_90")
 SPILL_BUDGET = {
     # 255 registers per thread (128 fp32 O + 64 fp32 S accumulators). ptxas (CUDA 13.0) keeps one
     # loop-invariant copy offset in local memory: 4 LDL/STL on sm_90 (2 LDL per K/V block, L1 hits),
-    # 20 on sm_80. The spill-free build (-Xptxas -O1) measured 1-4% slower at head_dim 128 and 6-7%
+    # 20 on sm_80. The spill-free build (-Xptxas -O1) measured 0.5-4% slower at head_dim 128 and 6-7%
     # slower at head_dim 64 on the H200 (docs/stages/09_two_mtiles.md#the-spill).
     "09_two_mtiles": 24,
 }
