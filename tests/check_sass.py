@@ -46,9 +46,9 @@ DEFAULT_ARCHS = ("sm_80", "sm_90")
 # Stages allowed a few spill instructions (LDL + STL per head_dim-128 kernel), and why. Every other
 # stage must have none.
 SPILL_BUDGET = {
-    # 255 registers per thread (128 fp32 O + 64 fp32 S accumulators). ptxas (CUDA 13.0) keeps one
-    # loop-invariant copy offset in local memory: 4 LDL/STL on sm_90 (2 LDL per K/V block, L1 hits),
-    # 20 on sm_80. The spill-free build (-Xptxas -O1) measured 0.5-4% slower at head_dim 128 and 6-7%
+    # 255 registers per thread (128 fp32 O + 64 fp32 S accumulators). On sm_90 ptxas (CUDA 13.0) keeps
+    # one loop-invariant value in local memory: 4 LDL/STL (2 LDL per K/V block, L1 hits); on sm_80
+    # 20 (not run on hardware). The spill-free build (-Xptxas -O1) measured 0.5-4% slower at head_dim 128 and 6-7%
     # slower at head_dim 64 on the H200 (docs/stages/09_two_mtiles.md#the-spill).
     "09_two_mtiles": 24,
 }

@@ -357,6 +357,7 @@ def main(argv=None):
     stages = stage_folders()
     loops, usage = load_sass(SASS_EVIDENCE)
     pages = []
+    pinned_csvs = {}  # path -> (meta, rows), each pinned CSV read once
     for i, stage in enumerate(stages):
         previous = stages[i - 1] if i > 0 else None
         path = os.path.join(STAGE_DOCS, stage + ".md")
@@ -369,7 +370,9 @@ def main(argv=None):
         if pinned:
             page_csv = os.path.join(REPO, pinned.group(1))
             try:
-                page_meta, page_rows = load_csv(page_csv)
+                if page_csv not in pinned_csvs:
+                    pinned_csvs[page_csv] = load_csv(page_csv)
+                page_meta, page_rows = pinned_csvs[page_csv]
             except (DocError, csv.Error, OSError) as e:
                 problems.append("%s: %s" % (rel(path), e))
                 continue
