@@ -51,18 +51,54 @@ struct Status {
   static Status error(std::string text) { return Status{std::move(text)}; }
 };
 
-// What a stage supports; the registry, runner, tests and benchmark read only this.
+// Optional parts of the launcher contract. A stage declares the ones it supports in its
+// stage.json ("features": [...]); validate_params rejects any other with a clear error.
+enum Feature : unsigned {
+  kFeatureAnyLength = 1u << 0,  // seq_q and seq_kv need not be multiples of the tiles
+  kFeatureCausal = 1u << 1,     // causal masking, aligned to the bottom-right
+  kFeatureGqa = 1u << 2,        // kv_heads dividing heads
+  kFeatureLse = 1u << 3,        // the log-sum-exp output
+  kFeatureAlibi = 1u << 4,      // ALiBi position bias
+};
+namespace detail {
+constexpr bool same_text(const char* a, const char* b) {
+  return *a == *b && (*a == '\0' || same_text(a + 1, b + 1));
+}
+}  // namespace detail
+// The bit of a feature named in stage.json; an unknown name does not compile.
+constexpr unsigned feature_bit(const char* name) {
+  return detail::same_text(name, "any_length") ? kFeatureAnyLength
+         : detail::same_text(name, "causal")   ? kFeatureCausal
+         : detail::same_text(name, "gqa")      ? kFeatureGqa
+         : detail::same_text(name, "lse")      ? kFeatureLse
+         : detail::same_text(name, "alibi")    ? kFeatureAlibi
+                                               : throw "unknown feature name in stage.json";
+}
+
+// What a stage is; the registry, runner, tests and benchmark read only this.
 struct StageInfo {
+  // Declared in stages/<name>/stage.json; CMake writes them into the stage's generated
+  // stage_declaration.h as FA_STAGE_DECLARATION, the first thing in the stage's StageInfo.
   const char* name;            // folder name, e.g. "01_base"
+  const char* parent;          // the stage its diff and page compare against; "" for a first stage
   const char* idea;            // the one optimization this stage adds, in a few words
-  int block_q;                 // Br: query rows per thread block (seq_q must be a multiple)
-  int block_kv;                // Bc: key/value rows per iteration (seq_kv must be a multiple)
-  int warps;                   // warps per thread block
-  int min_compute_capability;  // e.g. 80 for sm_80
+  const char* target;          // "sm_80" (mma.sync, cp.async: sm_80 and newer) or "sm_90a"
+  int min_compute_capability;  // 80 or 90
+  bool arch_specific;          // sm_90a code runs on compute capability 9.0 only
+  unsigned features;           // Feature bits
+  // Facts of the kernel itself, in its kernel.cu:
+  int block_q;   // Br: query rows per thread block (seq_q must be a multiple)
+  int block_kv;  // Bc: key/value rows per iteration (seq_kv must be a multiple)
+  int warps;     // warps per thread block
   std::vector<int> head_dims;
   std::vector<DType> dtypes;
   Status (*launch)(const AttentionParams& params, cudaStream_t stream);
 };
+
+// Whether a GPU of compute capability `cc` (e.g. 90) runs the stage's machine code.
+inline bool stage_runs_on(const StageInfo& stage, int cc) {
+  return stage.arch_specific ? cc == stage.min_compute_capability : cc >= stage.min_compute_capability;
+}
 
 // Checks everything the launcher contract promises to reject, for a stage with the given tiles.
 // Every stage's launch() calls this first and launches nothing if it fails.

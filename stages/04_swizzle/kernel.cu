@@ -14,6 +14,7 @@
 #include "common/params.h"
 #include "common/ptx.cuh"
 #include "smem_layout.h"
+#include "stage_declaration.h"
 
 namespace FA_STAGE_NAMESPACE {
 
@@ -283,8 +284,8 @@ Status launch(const AttentionParams& params, cudaStream_t stream);
 
 // clang-format off
 extern const StageInfo info = {
-    "04_swizzle", "XOR-swizzled shared memory, no bank conflicts",
-    kBlockQ, kBlockKV, kWarps, /*min_compute_capability=*/80,
+    FA_STAGE_DECLARATION,  // from stage.json
+    kBlockQ, kBlockKV, kWarps,
     /*head_dims=*/{64, 128}, /*dtypes=*/{DType::kFloat16, DType::kBFloat16},
     &launch};
 // clang-format on
