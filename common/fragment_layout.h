@@ -33,6 +33,11 @@ namespace fa {
 #define FA_HOST_DEVICE
 #endif
 
+// The shape of one mma.sync.m16n8k16: A is kMmaM x kMmaK, B is kMmaK x kMmaN, C is kMmaM x kMmaN.
+constexpr int kMmaM = 16;
+constexpr int kMmaN = 8;
+constexpr int kMmaK = 16;
+
 // ---- the MMA's own fragments ------------------------------------------------------------------
 FA_HOST_DEVICE constexpr int mma_a_row(int lane, int e) {
   return lane / 4 + 8 * ((e / 2) % 2);
@@ -51,6 +56,19 @@ FA_HOST_DEVICE constexpr int mma_c_row(int lane, int i) {
 }
 FA_HOST_DEVICE constexpr int mma_c_col(int lane, int i) {
   return 2 * (lane % 4) + i % 2;
+}
+
+// ---- P = the S accumulators, repacked as the A operand of O += P V -----------------------------
+// For k-step kk of P V (keys 16 kk .. 16 kk + 15), register j (0..3) of P's A fragment holds the
+// accumulator entries {e, e + 1} of S n-tile t, converted to 16 bits, with
+//     t = p_frag_s_tile(kk, j) = 2 kk + j / 2,   e = p_frag_s_entry(j) = 2 (j % 2).
+// That is the whole trick of keeping P in registers: the C layout of two neighbouring n-tiles is
+// the A layout of one k-step (tests/test_fragment_layout.cpp checks it against both definitions).
+FA_HOST_DEVICE constexpr int p_frag_s_tile(int kk, int j) {
+  return 2 * kk + j / 2;
+}
+FA_HOST_DEVICE constexpr int p_frag_s_entry(int j) {
+  return 2 * (j % 2);
 }
 
 // ---- ldmatrix addressing ------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "softmax_math.h"  // exp2_approx
+
 namespace fa {
 
 // The 32-bit shared-state-space address that ldmatrix and cp.async take.
@@ -52,18 +54,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t sme
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr));
 }
-// x2: lanes 0-15 give the addresses (rows of matrix 0, then matrix 1).
-__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t smem_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_addr));
-}
-__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t smem_addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_addr));
-}
-
 // ---- cp.async: 16-byte global -> shared copies that bypass registers (sm_80+) ---------------
 // .cg caches in L2 only: each tile is read once per thread block, so L1 would only be polluted.
 __device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* global_ptr) {
@@ -91,12 +81,16 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
-// ---- exp2 on the special-function unit ---------------------------------------------------------
-// One MUFU.EX2. Flushes denormal results to zero, which softmax weights below 2^-126 can afford.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
+// ---- quad reductions ------------------------------------------------------------------------
+// The 4 lanes of a quad (lane / 4 equal) hold the same accumulator rows (fragment_layout.h:
+// mma_c_row), each a quarter of the columns. Two butterfly shuffles give all 4 the row's result.
+__device__ __forceinline__ float quad_allreduce_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_allreduce_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 }  // namespace fa

@@ -1,5 +1,7 @@
-// Where element (row, col) of a shared-memory tile lives. Every shared-memory access of the
-// kernel goes through tile_offset(), so this file is the whole story of the tile layout.
+// Where element (row, col) of a shared-memory tile lives: this file is the whole story of the tile
+// layout. Every shared-memory address of the kernel comes from tile_offset() (from stage 10 on, a
+// lane's address base comes from it and constant offsets are added that rely on its period; see
+// LaneAddress and tests/test_smem_layout.cpp).
 #pragma once
 
 #include "common/fragment_layout.h"  // FA_HOST_DEVICE
@@ -13,5 +15,9 @@ namespace FA_STAGE_NAMESPACE {
 FA_HOST_DEVICE constexpr int tile_offset(int row, int col, int row_elems) {
   return row * row_elems + col;
 }
+
+// What this layout costs an ldmatrix phase (8 rows of 16 bytes): all 8 rows in one 16-byte bank
+// group, so 8 serialized passes. tests/test_smem_layout.cpp checks it against every phase.
+constexpr int kLdmatrixConflictWays = 8;
 
 }  // namespace FA_STAGE_NAMESPACE

@@ -1,5 +1,7 @@
-// Where element (row, col) of a shared-memory tile lives. Every shared-memory access of the
-// kernel goes through tile_offset(), so this file is the whole story of the tile layout.
+// Where element (row, col) of a shared-memory tile lives: this file is the whole story of the tile
+// layout. Every shared-memory address of the kernel comes from tile_offset() (from stage 10 on, a
+// lane's address base comes from it and constant offsets are added that rely on its period; see
+// LaneAddress and tests/test_smem_layout.cpp).
 #pragma once
 
 #include "common/fragment_layout.h"  // FA_HOST_DEVICE
@@ -17,5 +19,9 @@ FA_HOST_DEVICE constexpr int tile_offset(int row, int col, int row_elems) {
   const int swizzled_chunk = chunk ^ (row % 8);
   return row * row_elems + swizzled_chunk * 8 + col % 8;
 }
+
+// What this layout costs an ldmatrix phase (8 rows of 16 bytes): 1 = conflict-free.
+// tests/test_smem_layout.cpp checks it against every phase the kernel issues.
+constexpr int kLdmatrixConflictWays = 1;
 
 }  // namespace FA_STAGE_NAMESPACE

@@ -1,0 +1,34 @@
+// The two scalar pieces of the online softmax that every stage uses the same way, written for host
+// and device so that the CPU model of the online softmax (tests/test_online_softmax.cpp) runs the
+// very functions the kernels call.
+#pragma once
+
+#include <cmath>
+
+#include "fragment_layout.h"  // FA_HOST_DEVICE
+
+namespace fa {
+
+// The row maximum to subtract before exponentiating. While every score seen so far is -inf (keys
+// masked by infinite inputs) it is 0, not -inf: -inf - (-inf) is NaN, but exp(-inf - 0) is the 0
+// weight the reference gives those keys, and the rescale factor exp(-inf - 0) = 0 is harmless.
+FA_HOST_DEVICE inline float max_for_exp(float row_max) {
+  return row_max == -INFINITY ? 0.0f : row_max;
+}
+
+// exp2 on the special-function unit: one MUFU.EX2. Flushes subnormal inputs and results to zero
+// (.ftz), which softmax weights below 2^-126 can afford. The host version models exactly that
+// flush (its rounding is exp2f's, within the instruction's 2 ulp).
+FA_HOST_DEVICE inline float exp2_approx(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#else
+  if (std::fpclassify(x) == FP_SUBNORMAL) x = 0.0f;
+  const float y = std::exp2(x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+#endif
+}
+
+}  // namespace fa
