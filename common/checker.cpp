@@ -65,10 +65,69 @@ bool all_finite(const HostTensor& t) {
   return finite;
 }
 
-std::string describe(const RowId& r, int64_t d, double got, double expected) {
+// The bit pattern of 0xFF poison bytes: what an output element holds if no thread wrote it.
+constexpr uint16_t kPoisonBits = 0xFFFF;
+
+struct UncheckedRows {
+  bool poison = false;     // some element still holds the poison bits
+  bool nonfinite = false;  // some element is NaN or +-inf (poison included)
+};
+
+// Scans the rows of o that are not in `rows` (the ones the element-by-element check skipped).
+UncheckedRows scan_unchecked_rows(const HostTensor& o, const std::vector<RowId>& rows) {
+  const TensorLayout& l = o.layout;
+  auto row_index = [&](int64_t b, int64_t s, int64_t h) { return (b * l.seq + s) * l.heads + h; };
+  std::vector<bool> checked(static_cast<size_t>(l.batch * l.seq * l.heads), false);
+  for (const RowId& r : rows) checked[static_cast<size_t>(row_index(r.b, r.s, r.h))] = true;
+  std::atomic<bool> poison{false}, nonfinite{false};
+  parallel_for(l.batch * l.seq, [&](int64_t bs) {
+    const int64_t b = bs / l.seq, s = bs % l.seq;
+    for (int64_t h = 0; h < l.heads; ++h) {
+      if (checked[static_cast<size_t>(row_index(b, s, h))]) continue;
+      for (int64_t d = 0; d < l.head_dim; ++d) {
+        if (o.raw[static_cast<size_t>(l.offset(b, s, h, d))] == kPoisonBits) poison = true;
+        if (!std::isfinite(o.at(b, s, h, d))) nonfinite = true;
+      }
+    }
+  });
+  return {poison, nonfinite};
+}
+
+// u: the largest relative error of rounding a real number in the normal range to the dtype.
+double unit_roundoff(DType dtype) { return dtype == DType::kFloat16 ? 0x1p-11 : 0x1p-8; }
+// Below the smallest normal the spacing of the dtype stops shrinking (subnormals): rounding errs by
+// at most u * smallest_normal there.
+double smallest_normal(DType dtype) { return dtype == DType::kFloat16 ? 0x1p-14 : 0x1p-126; }
+
+struct RowTolerance {
+  double tolerance;
+  double baseline_err;         // largest finite |baseline - ref| of the row (0 if none)
+  int64_t baseline_nonfinite;  // elements with a finite reference and a non-finite baseline
+};
+
+// tol_r of the rule in checker.h, for the row whose reference and baseline start at ref, baseline.
+RowTolerance row_tolerance(const double* ref, const float* baseline, int64_t dim, DType dtype,
+                           const CheckOptions& options) {
+  RowTolerance row{0.0, 0.0, 0};
+  double row_scale = 0.0;
+  for (int64_t d = 0; d < dim; ++d) {
+    if (!std::isfinite(ref[d])) continue;  // compared exactly, no tolerance involved
+    row_scale = std::max(row_scale, std::fabs(ref[d]));
+    if (std::isfinite(baseline[d]))
+      row.baseline_err = std::max(row.baseline_err, std::fabs(baseline[d] - ref[d]));
+    else
+      ++row.baseline_nonfinite;
+  }
+  const double rounding_floor = unit_roundoff(dtype) * std::max(row_scale, smallest_normal(dtype));
+  double estimate = std::max(row.baseline_err, rounding_floor);
+  if (row.baseline_nonfinite > 0) estimate = std::max(estimate, 2.0 * rounding_floor);
+  row.tolerance = options.tolerance_factor * estimate + options.tolerance_epsilon * row_scale;
+  return row;
+}
+
+std::string describe(const RowId& r, int64_t d) {
   std::ostringstream out;
-  out << "(b, s, h, d) = (" << r.b << ", " << r.s << ", " << r.h << ", " << d << "): got " << got
-      << ", expected " << expected;
+  out << "(b, s, h, d) = (" << r.b << ", " << r.s << ", " << r.h << ", " << d << ")";
   return out.str();
 }
 
@@ -77,8 +136,12 @@ std::string describe(const RowId& r, int64_t d, double got, double expected) {
 std::string CheckResult::summary() const {
   std::ostringstream out;
   out << (passed ? "PASS" : "FAIL") << ": " << rows_checked << " rows, max_abs_err " << max_abs_err
-      << " (tolerance " << tolerance << " = 2 x plain-attention error " << baseline_max_abs_err
-      << " + eps), rel_l2_err " << rel_l2_err;
+      << ", rel_l2_err " << rel_l2_err << ", worst error/tolerance " << max_err_over_tolerance
+      << " (tolerance per row from the plain attention's error on it: largest " << tolerance
+      << ", plain-attention error up to " << baseline_max_abs_err;
+  if (baseline_nonfinite > 0)
+    out << ", " << baseline_nonfinite << " plain-attention elements overflowed (unit-roundoff bound used)";
+  out << ")";
   if (!passed) out << "; " << bad_elements << " bad elements, first: " << first_failure;
   return out.str();
 }
@@ -112,49 +175,65 @@ CheckResult check_against_reference(const ReferenceRows& reference, const HostTe
   const std::vector<double>& ref = reference.ref;
   const std::vector<float>& baseline = reference.baseline;
   result.rows_checked = static_cast<int64_t>(rows.size());
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isfinite(ref[i]))
-      result.baseline_max_abs_err = std::max(result.baseline_max_abs_err, std::fabs(baseline[i] - ref[i]));
-  }
-  result.tolerance = options.tolerance_factor * result.baseline_max_abs_err + options.tolerance_epsilon;
+
+  // Counts a bad element; only the first one's description is built (a full check visits millions).
+  auto fail = [&](auto describe_failure) {
+    if (result.bad_elements++ == 0) result.first_failure = describe_failure();
+  };
 
   double err_sq = 0.0, ref_sq = 0.0;
   for (size_t i = 0; i < rows.size(); ++i) {
+    const RowId& row = rows[i];
+    const RowTolerance tol = row_tolerance(&ref[i * dim], &baseline[i * dim], dim, o.dtype, options);
+    result.baseline_max_abs_err = std::max(result.baseline_max_abs_err, tol.baseline_err);
+    result.baseline_nonfinite += tol.baseline_nonfinite;
+    result.tolerance = std::max(result.tolerance, tol.tolerance);
     for (int64_t d = 0; d < dim; ++d) {
       const double expected = ref[i * dim + d];
-      const double got = o.at(rows[i].b, rows[i].s, rows[i].h, d);
-      bool ok;
-      if (std::isnan(expected)) {
-        ok = std::isnan(got);
+      const double got = o.at(row.b, row.s, row.h, d);
+      auto got_instead_of_expected = [&, d] {
+        std::ostringstream out;
+        out << describe(row, d) << ": got " << got << ", expected " << expected;
+        return out.str();
+      };
+      if (o.raw[static_cast<size_t>(o.layout.offset(row.b, row.s, row.h, d))] == kPoisonBits) {
+        fail([&, d] { return describe(row, d) + ": never written (still the 0xFFFF poison)"; });
+        if (std::isfinite(expected)) result.max_abs_err = result.max_err_over_tolerance = INFINITY;
+      } else if (std::isnan(expected)) {
+        if (!std::isnan(got)) fail(got_instead_of_expected);
       } else if (std::isinf(expected)) {
-        ok = got == expected;
+        if (got != expected) fail(got_instead_of_expected);
       } else {
         const double err = std::fabs(got - expected);
-        ok = err <= result.tolerance;  // false for NaN
+        if (!(err <= tol.tolerance)) {  // NaN fails too
+          fail([&] {
+            std::ostringstream out;
+            out << got_instead_of_expected() << ", error " << err << " > row tolerance " << tol.tolerance;
+            return out.str();
+          });
+        }
         if (std::isfinite(err)) {
           result.max_abs_err = std::max(result.max_abs_err, err);
+          result.max_err_over_tolerance = std::max(result.max_err_over_tolerance, err / tol.tolerance);
           err_sq += err * err;
         } else {
-          result.max_abs_err = INFINITY;
+          result.max_abs_err = result.max_err_over_tolerance = INFINITY;
         }
         ref_sq += expected * expected;
-      }
-      if (!ok) {
-        if (result.bad_elements == 0) result.first_failure = describe(rows[i], d, got, expected);
-        ++result.bad_elements;
       }
     }
   }
   result.rel_l2_err = ref_sq > 0.0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
   if (!std::isfinite(result.max_abs_err)) result.rel_l2_err = INFINITY;
 
-  // Rows outside the sample: with finite inputs every output must be finite, so an element the
-  // kernel never wrote (still NaN poison) fails even when it was not sampled.
-  if (static_cast<int64_t>(rows.size()) < o.layout.batch * o.layout.heads * o.layout.seq &&
-      reference.inputs_finite && !all_finite(o)) {
-    ++result.bad_elements;
-    if (result.first_failure.empty())
-      result.first_failure = "non-finite output outside the sampled rows (unwritten or overflowed)";
+  // Rows outside the sample: an element no thread wrote (the exact poison bits) fails whatever the
+  // inputs; with finite inputs every output must moreover be finite (an overflow fails).
+  if (static_cast<int64_t>(rows.size()) < o.layout.batch * o.layout.heads * o.layout.seq) {
+    const UncheckedRows unchecked = scan_unchecked_rows(o, rows);
+    if (unchecked.poison)
+      fail([] { return std::string("an element outside the sampled rows was never written (0xFFFF poison)"); });
+    else if (reference.inputs_finite && unchecked.nonfinite)
+      fail([] { return std::string("non-finite output outside the sampled rows (overflowed)"); });
   }
 
   if (options.check_gaps_untouched && o.layout.storage_elems > o.layout.logical_elems()) {
@@ -165,11 +244,8 @@ CheckResult check_against_reference(const ReferenceRows& reference, const HostTe
         for (int64_t h = 0; h < l.heads; ++h)
           for (int64_t d = 0; d < l.head_dim; ++d) logical[static_cast<size_t>(l.offset(b, s, h, d))] = true;
     for (size_t i = 0; i < logical.size(); ++i) {
-      if (!logical[i] && o.raw[i] != 0xFFFF) {
-        ++result.bad_elements;
-        if (result.first_failure.empty())
-          result.first_failure =
-              "the kernel wrote into a gap between output rows (element " + std::to_string(i) + ")";
+      if (!logical[i] && o.raw[i] != kPoisonBits) {
+        fail([i] { return "the kernel wrote into a gap between output rows (element " + std::to_string(i) + ")"; });
         break;
       }
     }

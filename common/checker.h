@@ -1,9 +1,41 @@
 // The correctness check every stage result goes through before anyone may time it.
 //
-// Rule (FlashAttention's own): the kernel's largest error against the fp64 reference may be at
-// most `tolerance_factor` (2) times the largest error of a plain low-precision attention
-// (reference.h) on the same rows, plus a tiny absolute epsilon. Written as !(err <= tol) so that
-// NaN fails. Where the fp64 reference itself is NaN (NaN inputs), the output must be NaN too.
+// Rule (FlashAttention's own, applied row by row): on each checked query row r, the kernel's
+// largest error against the fp64 reference may be at most `tolerance_factor` (2) times the error a
+// plain low-precision attention (reference.h) makes on that same row:
+//
+//   R_r     = max over d of |ref[r, d]|                      (the row's scale; finite entries only)
+//   floor_r = u * max(R_r, smallest normal of the dtype)    (u: 2^-11 fp16, 2^-8 bf16)
+//   e_r     = max(floor_r, max over d of |baseline[r, d] - ref[r, d]|)
+//   tol_r   = tolerance_factor * e_r + tolerance_epsilon * R_r
+//
+// and every element d of row r passes iff |o[r, d] - ref[r, d]| <= tol_r.
+//
+// Why per row: one problem-wide maximum lets a head (or row) with large V values set the tolerance
+// of every other row, so a head of unit-size outputs could be off by 100x its own error and pass.
+// The plain attention's error is a property of each row (its V magnitudes, how peaked its softmax
+// is), and so is the tolerance.
+//
+// Why the floor: the plain attention's error on a row can be exactly 0 by luck (one key, or
+// probabilities that are exact in 16 bits), while a correct kernel that rounds in another order is
+// off by an ulp. Rounding the row's largest output to the dtype alone may cost u * R_r (u times the
+// smallest normal below the normal range, where the spacing of the dtype stops shrinking), so the
+// plain attention's error is never counted as less than that.
+//
+// Why epsilon is relative to R_r: it stands for the fp32 accumulation-order differences between
+// two correct computations, which scale with the row's values; an absolute epsilon would let a
+// head with tiny V values pass any output near zero.
+//
+// Where the plain attention is not finite but the reference is (it overflowed: probabilities
+// rounded up, V near the dtype's maximum), its error says nothing and must not widen the tolerance
+// to inf. That element counts as an error of 2 * floor_r instead: the bound of the plain
+// attention's two roundings (P to the dtype, then the output), had it not overflowed.
+//
+// Comparisons are written !(err <= tol), so NaN fails. Where the fp64 reference is NaN (NaN inputs)
+// the output must be NaN; where it is +-inf, exactly that. An element holding 0xFFFF, the poison
+// the harness fills output buffers with (a NaN in fp16 and bf16 that no conversion produces: they
+// write canonical NaNs such as 0x7FFF or 0x7E00), was never written and fails everywhere, even
+// where NaN is expected and in rows the check did not sample.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +51,7 @@ struct CheckOptions {
   int64_t sampled_rows_per_head = 4;    // else: first, last and random rows of every (batch, head)
   uint64_t seed = 12345;                // which random rows
   double tolerance_factor = 2.0;
-  double tolerance_epsilon = 1e-5;
+  double tolerance_epsilon = 1e-5;  // relative to the row's largest |reference| (see above)
   // The output buffer was poisoned (0xFF bytes) before the launch: gaps between rows must still
   // hold the poison (nothing wrote outside the tensor's rows).
   bool check_gaps_untouched = true;
@@ -30,10 +62,15 @@ struct CheckResult {
   int64_t rows_checked = 0;
   double max_abs_err = 0.0;           // over checked rows with a finite reference
   double rel_l2_err = 0.0;            // ||out - ref|| / ||ref|| over the same elements
-  double baseline_max_abs_err = 0.0;  // the plain low-precision attention's error
-  double tolerance = 0.0;
+  double baseline_max_abs_err = 0.0;  // the plain low-precision attention's largest finite error
+  int64_t baseline_nonfinite = 0;     // its elements that overflowed where the reference is finite
+  double tolerance = 0.0;             // the largest row tolerance tol_r (the worst row's)
+  // max over checked elements of |o - ref| / tol_r: how close the output came to failing (<= 1
+  // passes; inf for a non-finite output where the reference is finite).
+  double max_err_over_tolerance = 0.0;
   int64_t bad_elements = 0;   // checked elements out of tolerance, plus non-finite outputs
-  std::string first_failure;  // "(b, s, h, d) = (...): got x, expected y" or another reason
+  // "(b, s, h, d) = (...): got x, expected y, error e > row tolerance t" or another reason
+  std::string first_failure;
   std::string summary() const;
 };
 
@@ -53,6 +90,7 @@ struct ReferenceRows {
 };
 ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                                      float softmax_scale, const CheckOptions& options = {});
+// The output's dtype (o.dtype) sets u and the smallest normal of the rule above.
 CheckResult check_against_reference(const ReferenceRows& reference, const HostTensor& o,
                                     const CheckOptions& options = {});
 

@@ -7,16 +7,37 @@
 
 namespace fa {
 
+ProblemLayout ProblemLayout::mixed() {
+  ProblemLayout layout;
+  layout.q = LayoutSpec(LayoutKind::kPadded, 8);
+  layout.k = LayoutSpec(LayoutKind::kHeadMajor);
+  layout.v = LayoutSpec(LayoutKind::kPadded, 24);
+  layout.o = LayoutSpec(LayoutKind::kHeadMajorPadded, 16);
+  return layout;
+}
+
+bool ProblemLayout::all_same() const {
+  const auto same = [](const LayoutSpec& a, const LayoutSpec& b) {
+    return a.kind == b.kind && (!a.padded() || a.gap_elems == b.gap_elems);
+  };
+  return same(q, k) && same(q, v) && same(q, o);
+}
+
+std::string ProblemLayout::name() const {
+  if (all_same()) return q.name();
+  return "q " + q.name() + ", k " + k.name() + ", v " + v.name() + ", o " + o.name();
+}
+
 Problem::Problem(const ProblemConfig& config)
     : config_(config),
       scale_(config.softmax_scale != 0.0f ? config.softmax_scale : default_softmax_scale(config.head_dim)),
-      q_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout),
+      q_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout.q),
          config.dtype),
-      k_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout),
+      k_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout.k),
          config.dtype),
-      v_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout),
+      v_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout.v),
          config.dtype),
-      o_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout),
+      o_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout.o),
          config.dtype) {
   // Distinct seeds per tensor, so q, k and v never share values.
   DeviceTensor* inputs[3] = {&q_, &k_, &v_};
@@ -78,12 +99,11 @@ void Problem::set_inputs(const HostTensor& q, const HostTensor& k, const HostTen
   host_v_ = std::make_unique<HostTensor>(v);
 }
 
-RunResult launch_and_download(const StageInfo& stage, Problem& problem) {
+RunResult finish_launch(const StageInfo& stage, Problem& problem, const Status& launched, cudaStream_t stream) {
   RunResult result;
-  problem.poison_output();
-  result.status = stage.launch(problem.params(), nullptr);
+  result.status = launched;
   if (!result.status.ok()) return result;
-  const cudaError_t sync = cudaDeviceSynchronize();
+  const cudaError_t sync = cudaStreamSynchronize(stream);
   if (sync != cudaSuccess) {
     result.status = Status::error(std::string(stage.name) + ": kernel failed: " + cudaGetErrorString(sync));
     return result;
@@ -92,11 +112,72 @@ RunResult launch_and_download(const StageInfo& stage, Problem& problem) {
   return result;
 }
 
-RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOptions& options) {
-  RunResult result = launch_and_download(stage, problem);
+RunResult launch_and_download(const StageInfo& stage, Problem& problem, cudaStream_t stream) {
+  problem.poison_output();
+  return finish_launch(stage, problem, stage.launch(problem.params(), stream), stream);
+}
+
+RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOptions& options,
+                        cudaStream_t stream) {
+  RunResult result = launch_and_download(stage, problem, stream);
   if (!result.status.ok()) return result;
   result.check = check_against_reference(problem.reference(options), result.output, options);
   return result;
+}
+
+namespace {
+
+// Spins until the host sets flags[0] or `timeout_ns` of the GPU's global timer have passed; in the
+// second case it sets flags[1]. __nanosleep keeps the polling of host memory over the bus sparse.
+__global__ void stream_gate_kernel(volatile int* flags, unsigned long long timeout_ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (flags[0] == 0) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > timeout_ns) {
+      flags[1] = 1;
+      break;
+    }
+    __nanosleep(10000);
+  }
+  __threadfence_system();
+}
+
+}  // namespace
+
+StreamGate::StreamGate(cudaStream_t stream, double timeout_s) : stream_(stream) {
+  unsigned int stream_flags = 0;
+  FA_CUDA_CHECK(cudaStreamGetFlags(stream, &stream_flags));
+  if (stream == nullptr || !(stream_flags & cudaStreamNonBlocking)) {
+    throw std::invalid_argument(
+        "StreamGate: the gated stream must be created with cudaStreamNonBlocking, or the legacy default "
+        "stream would wait for the closed gate");
+  }
+  void* flags = nullptr;
+  FA_CUDA_CHECK(cudaHostAlloc(&flags, 2 * sizeof(int), cudaHostAllocMapped));
+  flags_ = static_cast<volatile int*>(flags);
+  flags_[0] = 0;
+  flags_[1] = 0;
+  void* device_flags = nullptr;
+  FA_CUDA_CHECK(cudaHostGetDevicePointer(&device_flags, flags, 0));
+  stream_gate_kernel<<<1, 1, 0, stream>>>(static_cast<volatile int*>(device_flags),
+                                          static_cast<unsigned long long>(timeout_s * 1e9));
+  FA_CUDA_CHECK(cudaGetLastError());
+}
+
+void StreamGate::open() {
+  flags_[0] = 1;
+  opened_ = true;
+}
+
+bool StreamGate::opened_in_time() const {
+  return opened_ && flags_[1] == 0;
+}
+
+StreamGate::~StreamGate() {
+  if (!opened_) open();
+  cudaStreamSynchronize(stream_);  // the kernel must be done with the flags before they are freed
+  cudaFreeHost(const_cast<int*>(flags_));
 }
 
 Timing time_stage(const StageInfo& stage, Problem& problem, int warmup, int reps) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "checker.h"
 #include "params.h"
@@ -11,10 +12,30 @@
 
 namespace fa {
 
+// The layouts of a problem's four tensors, each its own. Giving every tensor different strides is
+// what lets a test see a kernel that uses one tensor's stride for another's (equal strides would
+// hide it).
+struct ProblemLayout {
+  LayoutSpec q, k, v, o;
+
+  ProblemLayout() = default;
+  // Implicit, so that one kind or spec still means "all four tensors laid out alike".
+  ProblemLayout(LayoutSpec all) : q(all), k(all), v(all), o(all) {}
+  ProblemLayout(LayoutKind all) : ProblemLayout(LayoutSpec(all)) {}
+
+  // Every tensor different: q padded (gap unit 8), k head-major, v padded (gap unit 24), o
+  // head-major with gaps (unit 16). Seq-major and head-major mix, the gaps differ, and o is not
+  // shaped like q, so no stride of one tensor equals a stride of another on the shapes the tests
+  // use (tests/test_gpu_stages.cpp checks it), and every gap holds NaN.
+  static ProblemLayout mixed();
+  bool all_same() const;
+  std::string name() const;  // "padded(8)", or "q padded(8), k head-major, ..."
+};
+
 struct ProblemConfig {
   int64_t batch = 1, heads = 1, seq_q = 128, seq_kv = 128, head_dim = 64;
   DType dtype = DType::kFloat16;
-  LayoutKind layout = LayoutKind::kContiguous;
+  ProblemLayout layout = LayoutKind::kContiguous;
   float softmax_scale = 0.0f;  // 0 means the default, 1/sqrt(head_dim)
   uint64_t seed = 1;
   float q_std = 1.0f, k_std = 1.0f, v_std = 1.0f;  // inputs are N(0, std^2)
@@ -64,12 +85,42 @@ struct RunResult {
   bool passed() const { return status.ok() && check.passed; }
 };
 
-// Poison O, launch, wait, download the output; `check` stays empty (for repeated launches, and for
-// checks against inputs other than the problem's cached host copies).
-RunResult launch_and_download(const StageInfo& stage, Problem& problem);
+// Poison O, launch on `stream`, wait for that stream, download the output; `check` stays empty (for
+// repeated launches, and for checks against inputs other than the problem's cached host copies).
+RunResult launch_and_download(const StageInfo& stage, Problem& problem, cudaStream_t stream = nullptr);
 
 // launch_and_download, then check every output element that the options ask for.
-RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOptions& options = {});
+RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOptions& options = {},
+                        cudaStream_t stream = nullptr);
+
+// The second half of launch_and_download, for a caller that launched by hand: given the launcher's
+// answer, wait for `stream` and download O (a kernel error becomes the result's status).
+RunResult finish_launch(const StageInfo& stage, Problem& problem, const Status& launched, cudaStream_t stream);
+
+// Holds back the work enqueued on a stream after it until the host opens it: a one-thread kernel on
+// the stream spins on a flag in mapped host memory. A test uses it to see where a launch went: while
+// the gate is closed, a kernel launched on the gated stream cannot have run, and one launched
+// anywhere else (the legacy default stream, say) can. The stream must be non-blocking
+// (cudaStreamNonBlocking), so that the legacy default stream, which the test uses to look at the
+// output, never waits for it; and nothing may synchronize the whole device while the gate is closed.
+// The spin gives up after `timeout_s`, so a gate that is never opened (or a launcher that waits for
+// the device) cannot hang a test: opened_in_time() then says false.
+class StreamGate {
+ public:
+  StreamGate(cudaStream_t stream, double timeout_s = 20.0);
+  ~StreamGate();  // opens the gate if it is still closed and waits for the stream
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+
+  void open();
+  // Whether the host opened the gate before the spin gave up; valid once the stream has been waited for.
+  bool opened_in_time() const;
+
+ private:
+  cudaStream_t stream_;
+  volatile int* flags_ = nullptr;  // [0]: opened by the host, [1]: the spin timed out
+  bool opened_ = false;
+};
 
 struct Timing {
   double median_ms = 0.0;

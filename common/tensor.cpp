@@ -5,31 +5,53 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 namespace fa {
 
-TensorLayout TensorLayout::make(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                                LayoutKind kind) {
+const char* layout_kind_name(LayoutKind kind) {
+  switch (kind) {
+    case LayoutKind::kContiguous:
+      return "contiguous";
+    case LayoutKind::kPadded:
+      return "padded";
+    case LayoutKind::kHeadMajor:
+      return "head-major";
+    case LayoutKind::kHeadMajorPadded:
+      return "head-major-padded";
+  }
+  return "invalid";
+}
+
+std::string LayoutSpec::name() const {
+  std::string text = layout_kind_name(kind);
+  if (padded()) text += "(" + std::to_string(gap_elems) + ")";
+  return text;
+}
+
+TensorLayout TensorLayout::make(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, LayoutSpec spec) {
+  if (spec.padded() && (spec.gap_elems <= 0 || spec.gap_elems % 8 != 0)) {
+    throw std::invalid_argument("TensorLayout::make: the gap of a padded layout must be a positive multiple of 8 "
+                                "elements, not " + std::to_string(spec.gap_elems));
+  }
+  const int64_t gap = spec.padded() ? spec.gap_elems : 0;
   TensorLayout l;
   l.batch = batch;
   l.seq = seq;
   l.heads = heads;
   l.head_dim = head_dim;
-  switch (kind) {
+  switch (spec.kind) {
     case LayoutKind::kContiguous:
-      l.head_stride = head_dim;
-      l.seq_stride = heads * l.head_stride;
-      l.batch_stride = seq * l.seq_stride;
-      break;
     case LayoutKind::kPadded:
-      l.head_stride = head_dim + 8;
-      l.seq_stride = heads * l.head_stride + 16;
-      l.batch_stride = seq * l.seq_stride + 24;
+      l.head_stride = head_dim + gap;
+      l.seq_stride = heads * l.head_stride + 2 * gap;
+      l.batch_stride = seq * l.seq_stride + 3 * gap;
       break;
     case LayoutKind::kHeadMajor:
-      l.seq_stride = head_dim;
-      l.head_stride = seq * l.seq_stride;
-      l.batch_stride = heads * l.head_stride;
+    case LayoutKind::kHeadMajorPadded:
+      l.seq_stride = head_dim + gap;
+      l.head_stride = seq * l.seq_stride + 2 * gap;
+      l.batch_stride = heads * l.head_stride + 3 * gap;
       break;
   }
   // The last element of the last row, plus one.

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fragment_layout.h"  // FA_HOST_DEVICE
@@ -13,9 +14,27 @@ namespace fa {
 
 // How a test lays a tensor out in memory. Strides are in elements, multiples of 8 (16 bytes).
 enum class LayoutKind {
-  kContiguous,  // [batch][seq][heads][head_dim], densely packed
-  kPadded,      // same order, with gaps after every head, row and batch (the gaps are poisoned)
-  kHeadMajor,   // [batch][heads][seq][head_dim] in memory, still indexed as [b, s, h, d]
+  kContiguous,       // [batch][seq][heads][head_dim], densely packed
+  kPadded,           // same order, with gaps after every head, row and batch (the gaps are poisoned)
+  kHeadMajor,        // [batch][heads][seq][head_dim] in memory, still indexed as [b, s, h, d]
+  kHeadMajorPadded,  // head-major, with gaps after every row, head and batch
+};
+const char* layout_kind_name(LayoutKind kind);  // "contiguous", "padded", "head-major", ...
+
+// One tensor's layout: its kind and, for the padded kinds, the gap unit in elements (a multiple of
+// 8, so every row stays 16-byte aligned). The gaps after the innermost, middle and outermost of
+// the three strided dimensions are 1, 2 and 3 units: with the default unit of 8, a padded tensor
+// has 8 elements after every head, 16 after every row and 24 after every batch. Giving tensors
+// different units gives them different strides even where their shapes are equal.
+struct LayoutSpec {
+  LayoutKind kind = LayoutKind::kContiguous;
+  int64_t gap_elems = 8;
+
+  LayoutSpec() = default;
+  // Implicit, so that a LayoutKind alone still names a layout (with the default gap).
+  LayoutSpec(LayoutKind layout_kind, int64_t gap = 8) : kind(layout_kind), gap_elems(gap) {}
+  bool padded() const { return kind == LayoutKind::kPadded || kind == LayoutKind::kHeadMajorPadded; }
+  std::string name() const;  // "head-major", "padded(8)", ...
 };
 
 struct TensorLayout {
@@ -23,7 +42,8 @@ struct TensorLayout {
   int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
   int64_t storage_elems = 0;  // elements the buffer must hold, gaps included
 
-  static TensorLayout make(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, LayoutKind kind);
+  // Throws std::invalid_argument for a padded kind whose gap is not a positive multiple of 8.
+  static TensorLayout make(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, LayoutSpec spec);
   FA_HOST_DEVICE int64_t offset(int64_t b, int64_t s, int64_t h, int64_t d) const {
     return b * batch_stride + s * seq_stride + h * head_stride + d;
   }

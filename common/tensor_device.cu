@@ -9,17 +9,6 @@
 
 namespace fa {
 
-bool cuda_device_available(std::string* why) {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess || count == 0) {
-    if (why) *why = status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found";
-    cudaGetLastError();  // clear the sticky-free error so later checks start clean
-    return false;
-  }
-  return true;
-}
-
 namespace {
 
 // splitmix64: a counter-based generator, so element i gets the same value however it is launched.

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # compute-sanitizer over every stage: memcheck (out-of-bounds and misaligned accesses, leaks),
 # racecheck (shared-memory races), synccheck (barrier misuse) and initcheck (reads of
-# uninitialized global memory). Each tool runs the runner once over all stages, both dtypes and
-# both head dims, on small shapes (the sanitizers slow kernels down by orders of magnitude):
+# uninitialized global memory). Each tool runs the runner over all stages, both dtypes and both head
+# dims, on two small shapes (the sanitizers slow kernels down by orders of magnitude): contiguous
+# tensors with more keys than queries, and the mixed layout (Q, K, V and O each laid out
+# differently, with gaps: common/harness.h) with fewer keys than queries:
 #
-#   fa_run --no-time --stage all --batch 2 --heads 2 --seq 128 --seq-kv 256 --dtype all --head-dim all
+#   contiguous: fa_run --no-time --stage all --dtype all --head-dim all --layout contiguous --batch 2 --heads 2 --seq 128 --seq-kv 256
+#   mixed:      fa_run --no-time --stage all --dtype all --head-dim all --layout mixed --batch 2 --heads 3 --seq 256 --seq-kv 192
 #
 # Usage:
 #   scripts/sanitize.sh                          every tool; builds fa_run first (incremental)
@@ -18,11 +21,13 @@
 # searched), FA_SANITIZER_ARGS (extra compute-sanitizer options), CMAKE_CUDA_ARCHITECTURES (for a
 # first configure, e.g. 90), BUILD_JOBS (default: all cores).
 #
-# It prints a table (tool, exit status, errors, warnings, the runner's own check) and exits
-#   0   every tool reported 0 errors and every stage passed its check
-#   1   something failed (the table and the log excerpts below it say what)
+# It prints a table (tool, shape, exit status, errors, warnings, the runner's own check) and exits
+#   0   every tool reported 0 errors and every stage passed its check, on both shapes
+#   1   something failed (the table and the log excerpts below it say what), a compute-sanitizer
+#       that is there but does not run included
 #   2   bad usage, or the build failed
-#   77  skipped: no usable CUDA GPU, or no compute-sanitizer (CTest reports "skipped")
+#   77  skipped: nothing to run on (no CUDA device, or no NVIDIA driver: fa_run exits 3), or no
+#       compute-sanitizer anywhere (CTest reports "skipped"). Every other CUDA error fails.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -82,10 +87,15 @@ for tool in "${tools[@]}"; do
   }
 done
 
-# ---- compute-sanitizer ------------------------------------------------------------------------------
+# ---- compute-sanitizer --------------------------------------------------------------------------------
+# Prints the first candidate that exists; fails only when there is none. Whether it runs is checked
+# below, after the GPU: a tool that is there but broken is a failure, not a reason to skip.
 find_sanitizer() {
+  if [[ -n ${COMPUTE_SANITIZER:-} ]]; then # named explicitly: that one, and it must run
+    echo "$COMPUTE_SANITIZER"
+    return 0
+  fi
   local candidates=()
-  [[ -n ${COMPUTE_SANITIZER:-} ]] && candidates+=("$COMPUTE_SANITIZER")
   local on_path
   on_path=$(command -v compute-sanitizer 2>/dev/null) && candidates+=("$on_path")
   [[ -n ${CUDA_HOME:-} ]] && candidates+=("$CUDA_HOME/bin/compute-sanitizer")
@@ -96,17 +106,13 @@ find_sanitizer() {
   [[ -n $nvcc ]] && candidates+=("$(dirname "$nvcc")/compute-sanitizer")
   local c
   for c in "${candidates[@]}"; do
-    # The tool must also run (a broken install fails here, not in the middle of the table).
-    if [[ -x $c ]] && "$c" --version >/dev/null 2>&1; then
+    if [[ -e $c ]]; then
       echo "$c"
       return 0
     fi
   done
   return 1
 }
-sanitizer=$(find_sanitizer) ||
-  skip "compute-sanitizer not found or not runnable (set COMPUTE_SANITIZER, or put the CUDA toolkit's bin folder on PATH; looked in PATH, \$CUDA_HOME/bin, \$CUDA_PATH/bin, /usr/local/cuda/bin, nvcc's folder)"
-say "compute-sanitizer: $sanitizer ($("$sanitizer" --version 2>/dev/null | grep -Eio 'version [^ ]+' | head -n 1))"
 
 # ---- the runner ---------------------------------------------------------------------------------------
 if [[ -z $fa_run ]]; then
@@ -139,21 +145,51 @@ fi
 [[ -n $log_dir ]] || log_dir=$(dirname "$fa_run")/sanitizer
 mkdir -p "$log_dir"
 
-run_args=(--no-time --stage "$stages" --batch 2 --heads 2 --seq 128 --seq-kv 256 --dtype all --head-dim all)
+common_args=(--no-time --stage "$stages" --dtype all --head-dim all)
+shapes=(contiguous mixed)
+declare -A shape_args=(
+  [contiguous]="--layout contiguous --batch 2 --heads 2 --seq 128 --seq-kv 256"
+  [mixed]="--layout mixed --batch 2 --heads 3 --seq 256 --seq-kv 192"
+)
+runner_args() { # runner_args SHAPE -> fills the array `args_of_shape`
+  local shape_part
+  read -r -a shape_part <<<"${shape_args[$1]}"
+  args_of_shape=("${common_args[@]}" "${shape_part[@]}")
+}
 
 # ---- without a sanitizer first: is there a GPU, and does every stage pass? -----------------------------
-plain_log=$log_dir/no_sanitizer.log
-"$fa_run" "${run_args[@]}" >"$plain_log" 2>&1
-plain_rc=$?
-if ((plain_rc == 3)); then
-  skip "no usable CUDA GPU ($(tail -n 1 "$plain_log"))"
+declare -A plain_rc_of
+for shape in "${shapes[@]}"; do
+  runner_args "$shape"
+  plain_log=$log_dir/no_sanitizer.$shape.log
+  "$fa_run" "${args_of_shape[@]}" >"$plain_log" 2>&1
+  plain_rc_of[$shape]=$?
+  if ((plain_rc_of[$shape] == 3)); then
+    # "fa_run: no CUDA GPU (...); nothing was run." (a single-stage runner says its own name)
+    reason=$(tail -n 1 "$plain_log")
+    reason=${reason#"$(basename "$fa_run"): "}
+    skip "${reason%; nothing was run.}"
+  fi
+  say "runner ($shape): $fa_run ${args_of_shape[*]}"
+done
+
+# ---- the tool: absent is a skip, present but not running is a failure ----------------------------------
+# Without one, the runs above still count: a failing runner fails this test instead of skipping it.
+no_sanitizer=""
+if sanitizer=$(find_sanitizer); then
+  if ! version_text=$("$sanitizer" --version 2>&1); then
+    echo "FAILED: compute-sanitizer $sanitizer does not run ('$sanitizer --version' failed):"
+    printf '%s\n' "$version_text" | tail -n 5
+    exit 1
+  fi
+  say "compute-sanitizer: $sanitizer ($(grep -Eio 'version [^ ]+' <<<"$version_text" | head -n 1))"
+else
+  no_sanitizer="no compute-sanitizer (set COMPUTE_SANITIZER, or put the CUDA toolkit's bin folder on PATH; looked in PATH, \$CUDA_HOME/bin, \$CUDA_PATH/bin, /usr/local/cuda/bin, nvcc's folder)"
+  tools=()
 fi
-say "runner: $fa_run ${run_args[*]}"
 
 # ---- one run per tool ---------------------------------------------------------------------------------
 error_exit=86 # compute-sanitizer's exit status when it found errors (--error-exitcode)
-declare -A rc_of errors_of warnings_of check_of
-failed=0
 
 count_errors() { # count_errors LOG -> "errors warnings", "?" where the summary line is missing
   local log=$1 line errors="?" warnings="-"
@@ -169,63 +205,89 @@ count_errors() { # count_errors LOG -> "errors warnings", "?" where the summary 
   echo "${errors:-?} ${warnings:--}"
 }
 
-runner_check() { # runner_check LOG -> PASS / FAIL (the runner's own correctness check)
+runner_check() { # runner_check LOG -> PASS / FAIL / NONE (the runner's own correctness check)
   # fa_run's rows end in "PASS", "FAIL: ..." or "ERROR: ..."; the sanitizer's own lines start with "=".
+  # NONE: not one row passed (the runner stopped before it ran anything).
   if grep -v '^=' "$1" | grep -qE 'failed their check or could not run|  (FAIL|ERROR): '; then
     echo FAIL
-  else
+  elif grep -v '^=' "$1" | grep -qE '  PASS$'; then
     echo PASS
+  else
+    echo NONE
   fi
 }
 
-for tool in "${tools[@]}"; do
-  log=$log_dir/$tool.log
-  args=(--tool "$tool" --error-exitcode "$error_exit")
+# Every run is one row: "(none)" is the runner without a sanitizer.
+rows=()
+declare -A rc_of errors_of warnings_of check_of log_of
+for shape in "${shapes[@]}"; do
+  row="(none) $shape"
+  rows+=("$row")
+  rc_of[$row]=${plain_rc_of[$shape]}
+  errors_of[$row]=-
+  warnings_of[$row]=-
+  log_of[$row]=$log_dir/no_sanitizer.$shape.log
+  check_of[$row]=$(runner_check "${log_of[$row]}")
+done
+for tool in ${tools[@]+"${tools[@]}"}; do
+  sanitizer_args=(--tool "$tool" --error-exitcode "$error_exit")
   case $tool in
-    memcheck) args+=(--leak-check full) ;;
+    memcheck) sanitizer_args+=(--leak-check full) ;;
   esac
   # shellcheck disable=SC2206 # FA_SANITIZER_ARGS is a list of options, split on purpose
   extra=(${FA_SANITIZER_ARGS:-})
-  say "$tool: $sanitizer ${args[*]}${extra[*]+ ${extra[*]}} fa_run ... (log: $log)"
-  start=$SECONDS
-  "$sanitizer" "${args[@]}" ${extra[@]+"${extra[@]}"} "$fa_run" "${run_args[@]}" >"$log" 2>&1
-  rc=$?
-  read -r errors warnings <<<"$(count_errors "$log")"
-  rc_of[$tool]=$rc
-  errors_of[$tool]=$errors
-  warnings_of[$tool]=$warnings
-  check_of[$tool]=$(runner_check "$log")
-  say "$tool: exit $rc, errors $errors, $((SECONDS - start)) s"
-  if ((rc != 0)) || [[ $errors != 0 || ${check_of[$tool]} != PASS ]]; then failed=1; fi
+  for shape in "${shapes[@]}"; do
+    row="$tool $shape"
+    rows+=("$row")
+    log=$log_dir/$tool.$shape.log
+    runner_args "$shape"
+    say "$tool ($shape): $sanitizer ${sanitizer_args[*]}${extra[*]+ ${extra[*]}} fa_run ... (log: $log)"
+    start=$SECONDS
+    "$sanitizer" "${sanitizer_args[@]}" ${extra[@]+"${extra[@]}"} "$fa_run" "${args_of_shape[@]}" >"$log" 2>&1
+    rc_of[$row]=$?
+    read -r errors warnings <<<"$(count_errors "$log")"
+    errors_of[$row]=$errors
+    warnings_of[$row]=$warnings
+    log_of[$row]=$log
+    check_of[$row]=$(runner_check "$log")
+    say "$tool ($shape): exit ${rc_of[$row]}, errors ${errors_of[$row]}, $((SECONDS - start)) s"
+  done
 done
 
+row_failed() { # row_failed ROW: a non-zero exit, errors (not "0"; "-" for the plain run), a failed check
+  local row=$1
+  [[ ${rc_of[$row]} != 0 || ${check_of[$row]} != PASS ]] && return 0
+  [[ ${errors_of[$row]} != 0 && ${errors_of[$row]} != - ]]
+}
+
 # ---- summary --------------------------------------------------------------------------------------------
-plain_check=$(runner_check "$plain_log")
-((plain_rc == 0)) && [[ $plain_check == PASS ]] || failed=1
 echo
-printf '%-14s %5s %7s %9s %13s  %s\n' tool exit errors warnings "stage checks" log
-printf '%-14s %5s %7s %9s %13s  %s\n' "(none)" "$plain_rc" - - "$plain_check" "$plain_log"
-for tool in "${tools[@]}"; do
-  printf '%-14s %5s %7s %9s %13s  %s\n' "$tool" "${rc_of[$tool]}" "${errors_of[$tool]}" "${warnings_of[$tool]}" \
-    "${check_of[$tool]}" "$log_dir/$tool.log"
+printf '%-10s %-11s %5s %7s %9s %13s  %s\n' tool shape exit errors warnings "stage checks" log
+failed=0
+for row in "${rows[@]}"; do
+  read -r tool shape <<<"$row"
+  printf '%-10s %-11s %5s %7s %9s %13s  %s\n' "$tool" "$shape" "${rc_of[$row]}" "${errors_of[$row]}" \
+    "${warnings_of[$row]}" "${check_of[$row]}" "${log_of[$row]}"
+  if row_failed "$row"; then failed=1; fi
 done
 echo
 
 if ((failed)); then
-  # The first reports of every failing tool, so a CTest log shows the cause without the files.
-  for tool in "${tools[@]}"; do
-    if [[ ${rc_of[$tool]} != 0 || ${errors_of[$tool]} != 0 || ${check_of[$tool]} != PASS ]]; then
-      echo "---- $tool: first reports ($log_dir/$tool.log) ----"
-      grep -E '^========= ' "$log_dir/$tool.log" | head -n 40
-      grep -v '^=' "$log_dir/$tool.log" | grep -E '  (FAIL|ERROR): ' | head -n 10
+  # The first reports of every failing run, so a CTest log shows the cause without the files.
+  for row in "${rows[@]}"; do
+    row_failed "$row" || continue
+    echo "---- $row: exit ${rc_of[$row]}, stage checks ${check_of[$row]} (${log_of[$row]}) ----"
+    if [[ $row == "(none) "* ]]; then
+      tail -n 20 "${log_of[$row]}"
+    else
+      grep -E '^========= ' "${log_of[$row]}" | head -n 40
+      grep -v '^=' "${log_of[$row]}" | grep -E '  (FAIL|ERROR): ' | head -n 10
     fi
   done
-  if ((plain_rc != 0)) || [[ $plain_check != PASS ]]; then
-    echo "---- without a sanitizer, fa_run exited $plain_rc ($plain_log) ----"
-    tail -n 20 "$plain_log"
-  fi
-  say "FAILED: exit $error_exit = compute-sanitizer found errors; stage checks FAIL = a stage failed its correctness check"
+  say "FAILED: exit $error_exit = compute-sanitizer found errors; stage checks FAIL = a stage failed its" \
+    "correctness check, NONE = the runner ran nothing (its log says why)"
   exit 1
 fi
-say "every tool clean, every stage passed its check"
+[[ -z $no_sanitizer ]] || skip "$no_sanitizer"
+say "every tool clean, every stage passed its check, on both shapes"
 exit 0

@@ -4,11 +4,13 @@
 #   scripts/test.sh
 #
 # Configures ./build (or $FA_BUILD_DIR), builds everything with all cores and runs every test with
-# CTest. GPU tests report "skipped" on a machine without a CUDA GPU; everything else runs anywhere.
+# CTest, then lists every skipped test with the reason it printed. GPU tests report "skipped" where
+# there is nothing to run on (no CUDA GPU, or no NVIDIA driver); everything else runs anywhere.
 # Running as root with apt-get / pip available, it first installs what is missing:
-#   Catch2 2.x header    apt-get install catch2   (only if neither /usr/include/catch2/catch.hpp nor
-#                                                  .deps/include/catch2/catch.hpp exists; on a
-#                                                  machine without it, copy catch.hpp to the latter)
+#   Catch2               apt-get install catch2   (only if there is no Catch2 3 and no 2.x header in
+#                                                  /usr/include, /usr/local/include or
+#                                                  .deps/include/catch2/catch.hpp; on a machine
+#                                                  without apt, copy catch.hpp to the latter)
 #   cuobjdump, nvdisasm  pip nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (the SASS test; else skipped)
 #   matplotlib           pip (the plot tests)
 # Otherwise it says what is missing and carries on where it can.
@@ -65,9 +67,16 @@ if [[ -z $python ]]; then
 fi
 
 # ---- test dependencies ----------------------------------------------------------------------------
-if [[ ! -f /usr/include/catch2/catch.hpp && ! -f .deps/include/catch2/catch.hpp ]]; then
+have_catch2() {  # what tests/CMakeLists.txt finds: Catch2 3 (catch_all.hpp) or the 2.x header
+  local dir
+  for dir in .deps/include /usr/include /usr/local/include; do
+    [[ -f $dir/catch2/catch.hpp || -f $dir/catch2/catch_all.hpp ]] && return 0
+  done
+  return 1
+}
+if ! have_catch2; then
   apt_install catch2 || {
-    say "Catch2 2.x is missing: apt-get install catch2, or copy its single header to" \
+    say "Catch2 is missing: apt-get install catch2 (2.13 or 3), or copy the 2.x single header to" \
         ".deps/include/catch2/catch.hpp"
     exit 1
   }
@@ -95,6 +104,28 @@ cmake "${configure_args[@]}"
 say "building with $jobs jobs"
 cmake --build "$build_dir" --parallel "$jobs"
 
-for m in ${missing[@]+"${missing[@]}"}; do say "MISSING: $m"; done
 cd "$build_dir"
-ctest --output-on-failure --parallel "$jobs"
+# --no-tests=error: a configure that switched the tests off must not read as a pass.
+mkdir -p Testing
+set +e
+ctest --output-on-failure --parallel "$jobs" --no-tests=error 2>&1 | tee Testing/ctest_console.log
+ctest_rc=${PIPESTATUS[0]}
+set -e
+
+# ---- why each skipped test was skipped ------------------------------------------------------------
+# CTest lists the skipped tests at the end of its console output ("  12 - name (Skipped)"); each
+# one's own output is in Testing/Temporary/LastTest.log, where a skipping test prints a line
+# "SKIPPED: <reason>" (tests/check_sass.py: "SKIP: <reason>").
+mapfile -t skipped < <(sed -nE 's/^[[:space:]]+[0-9]+ - (.+) \(Skipped\)$/\1/p' Testing/ctest_console.log)
+if ((${#skipped[@]})); then
+  say "skipped (${#skipped[@]}), and why:"
+  for name in "${skipped[@]}"; do
+    reason=$(awk -v name="$name" '
+      /^ *[0-9]+\/[0-9]+ Test: / { current = substr($0, index($0, "Test: ") + 6); next }
+      current == name && /^(SKIPPED|SKIP): / { sub(/^(SKIPPED|SKIP): /, ""); print; exit }
+    ' Testing/Temporary/LastTest.log)
+    say "  $name: ${reason:-no reason printed (see $build_dir/Testing/Temporary/LastTest.log)}"
+  done
+fi
+for m in ${missing[@]+"${missing[@]}"}; do say "MISSING: $m"; done
+exit "$ctest_rc"

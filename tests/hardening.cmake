@@ -6,8 +6,10 @@
 #   ctest --test-dir build -L sanitizer --output-on-failure    compute-sanitizer: memcheck,
 #                                                               racecheck, synccheck, initcheck
 #
-# Both are GPU tests (label gpu): without a CUDA GPU they exit with 77 and CTest reports them as
-# skipped. The sanitizer tests are skipped the same way when compute-sanitizer is not found.
+# Both are GPU tests (label gpu): where there is nothing to run on (no CUDA device, or no NVIDIA
+# driver) they exit with 77 and CTest reports them as skipped; any other CUDA error fails them. The
+# sanitizer tests are also skipped when there is no compute-sanitizer at all; one that is there but
+# does not run fails them.
 
 # ---- test_gpu_hardening: one Catch2 program, every registered stage -------------------------------
 fa_add_gpu_test(test_gpu_hardening test_gpu_hardening.cpp)
@@ -34,7 +36,7 @@ if(FA_BASH)
               --fa-run $<TARGET_FILE:fa_run>
               --log-dir ${CMAKE_CURRENT_BINARY_DIR}/sanitizer)
     # One sanitized process at a time on the GPU (RESOURCE_LOCK), and generous time: racecheck
-    # instruments every shared-memory access.
+    # instruments every shared-memory access, and each tool runs the runner on two shapes.
     set_tests_properties(sanitizer_${tool} PROPERTIES
       LABELS "gpu;sanitizer"
       SKIP_RETURN_CODE 77

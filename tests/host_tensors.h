@@ -11,9 +11,9 @@ namespace fa_test {
 // A host tensor of the given shape and layout. Every element, gaps included, starts as 0xFFFF
 // (NaN in fp16 and bf16): the same poison the harness puts in device buffers.
 inline fa::HostTensor make_host_tensor(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                                       fa::DType dtype, fa::LayoutKind kind = fa::LayoutKind::kContiguous) {
+                                       fa::DType dtype, fa::LayoutSpec layout = fa::LayoutKind::kContiguous) {
   fa::HostTensor t;
-  t.layout = fa::TensorLayout::make(batch, seq, heads, head_dim, kind);
+  t.layout = fa::TensorLayout::make(batch, seq, heads, head_dim, layout);
   t.dtype = dtype;
   t.raw.assign(static_cast<size_t>(t.layout.storage_elems), 0xFFFF);
   return t;

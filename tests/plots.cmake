@@ -1,5 +1,5 @@
 # The plotting script's CPU test (tests/test_plots.py): renders a synthetic results CSV with
-# plots/plot.py and rewrites the results section of a README copy. Included from
+# tools/plot.py and rewrites the results section of a README copy. Included from
 # tests/CMakeLists.txt with include(${CMAKE_CURRENT_SOURCE_DIR}/plots.cmake OPTIONAL).
 #
 # Without matplotlib the test exits 77 and CTest reports it as skipped (never as passed); without
@@ -14,9 +14,13 @@ if(Python3_Interpreter_FOUND)
     LABELS cpu
     SKIP_RETURN_CODE 77
     TIMEOUT 300)
+  # The README's generated results tables and sentences must be exactly what the CSV it names gives.
+  add_test(NAME readme_results_match_csv
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/plot.py --check)
+  set_tests_properties(readme_results_match_csv PROPERTIES LABELS "cpu;docs")
 else()
   add_test(NAME plots_render
-           COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: no Python 3 interpreter found, so plots/plot.py cannot be tested")
+           COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: no Python 3 interpreter found, so tools/plot.py cannot be tested")
   set_tests_properties(plots_render PROPERTIES
     LABELS cpu
     SKIP_REGULAR_EXPRESSION "SKIPPED:")

@@ -14,6 +14,7 @@ using TileOffsetFn = int (*)(int row, int col, int row_elems);
 struct StageLayout {
   const char* stage;  // folder name, e.g. "04_swizzle"
   TileOffsetFn tile_offset;
+  int ldmatrix_conflict_ways;  // the layout's declared kLdmatrixConflictWays (1 or 8)
 };
 
 // Generated from FA_STAGES (tests/CMakeLists.txt), in registry order.

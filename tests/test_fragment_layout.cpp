@@ -12,12 +12,12 @@
 // multiplying the fragments gives exactly Q K^T and P V. Small integer inputs keep every product
 // and sum exact, so the comparisons are equalities.
 #include <array>
-#include <catch2/catch.hpp>
 #include <random>
 #include <set>
 #include <utility>
 
 #include "common/fragment_layout.h"
+#include "fa_catch.h"
 
 namespace {
 
@@ -183,15 +183,15 @@ TEST_CASE("O = P V from the S accumulators and ldmatrix.trans-loaded V equals th
       for (int lane = 0; lane < kLanes; ++lane)
         for (int i = 0; i < 4; ++i)
           s_acc[j][lane][i] = p[fa::mma_c_row(lane, i)][8 * j + fa::mma_c_col(lane, i)];
-    // The kernels' repacking: p_frag = {pack(s0[0], s0[1]), pack(s0[2], s0[3]), pack(s1[0], s1[1]),
-    // pack(s1[2], s1[3])}. It must be the A fragment of P.
+    // The kernels' repacking (p_fragment() in every stage): register j of P's A fragment for
+    // k-step kk = 0 is the pair of entries p_frag_s_entry(j), +1 of S n-tile p_frag_s_tile(0, j).
+    // It must be the A fragment of P.
     WarpRegs<4> p_frag{};
-    for (int lane = 0; lane < kLanes; ++lane) {
-      p_frag[lane][0] = {s_acc[0][lane][0], s_acc[0][lane][1]};
-      p_frag[lane][1] = {s_acc[0][lane][2], s_acc[0][lane][3]};
-      p_frag[lane][2] = {s_acc[1][lane][0], s_acc[1][lane][1]};
-      p_frag[lane][3] = {s_acc[1][lane][2], s_acc[1][lane][3]};
-    }
+    for (int lane = 0; lane < kLanes; ++lane)
+      for (int j = 0; j < 4; ++j) {
+        const auto& tile = s_acc[fa::p_frag_s_tile(0, j)][lane];
+        p_frag[lane][j] = {tile[fa::p_frag_s_entry(j)], tile[fa::p_frag_s_entry(j) + 1]};
+      }
     CHECK(a_matrix(p_frag) == p);
 
     const WarpRegs<4> vb = ldmatrix_x4(v, fa::ldmatrix_b_trans_row, fa::ldmatrix_b_trans_col, /*trans=*/true);
@@ -207,6 +207,22 @@ TEST_CASE("O = P V from the S accumulators and ldmatrix.trans-loaded V equals th
         }
       }
     }
+  }
+}
+
+TEST_CASE("P's repacking for k-step kk reads n-tiles 2kk and 2kk+1, each pair once", "[fragment]") {
+  for (int kk = 0; kk < 8; ++kk) {
+    int uses[2][4] = {};  // [tile - 2kk][entry]
+    for (int j = 0; j < 4; ++j) {
+      const int t = fa::p_frag_s_tile(kk, j), e = fa::p_frag_s_entry(j);
+      INFO("kk " << kk << ", register " << j);
+      REQUIRE((t == 2 * kk || t == 2 * kk + 1));
+      REQUIRE((e == 0 || e == 2));
+      ++uses[t - 2 * kk][e];
+      ++uses[t - 2 * kk][e + 1];
+    }
+    for (auto& tile : uses)
+      for (int n : tile) CHECK(n == 1);
   }
 }
 

@@ -1,4 +1,6 @@
-// A host model of the kernels' online softmax, in double precision, against the fp64 reference.
+// A host model of the kernels' online softmax against the fp64 reference. The stage 1-6 form runs in
+// double precision; the stage 7+ form runs in fp32 through the functions the kernels call
+// (fa::max_for_exp, the -inf guard, and fa::exp2_approx, common/softmax_math.h).
 //
 // The kernels never see a whole row of scores: they walk the keys in blocks of Bc, keep a running
 // max m and running sum l, and rescale what they accumulated whenever m grows. This test runs that
@@ -6,12 +8,13 @@
 // and shows it equals plain softmax for several block sizes, including the cases where the row
 // maximum sits in the first block (every later block is tiny against it) and in the last block
 // (everything accumulated so far must be rescaled at the very end).
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "common/reference.h"
+#include "common/softmax_math.h"
+#include "fa_catch.h"
 #include "host_tensors.h"
 
 using fa::DType;
@@ -51,22 +54,30 @@ std::vector<double> online_softmax_row(const HostTensor& q, const HostTensor& k,
     for (double x : scores) block_max = std::max(block_max, x);
     const double new_max = std::max(row_max, block_max);
     double correction;
+    std::vector<double> p(block_kv);
     if (form == SoftmaxForm::kFusedExp2) {
-      correction = std::exp2(row_max * scale_log2 - new_max * scale_log2);  // 0 on the first block
+      // The kernels' fp32 arithmetic: max_scaled = max_for_exp(new_max) * scale_log2, one FFMA and
+      // one exp2_approx per score, the correction from the old max.
+      const float scale_log2_f = static_cast<float>(scale_log2);
+      const float max_scaled = fa::max_for_exp(static_cast<float>(new_max)) * scale_log2_f;
+      correction = fa::exp2_approx(static_cast<float>(row_max) * scale_log2_f - max_scaled);
+      for (int64_t j = 0; j < block_kv; ++j)
+        p[j] = fa::exp2_approx(std::fma(static_cast<float>(scores[j]), scale_log2_f, -max_scaled));
     } else if (form == SoftmaxForm::kScaleThenExp) {
-      correction = std::exp(row_max - new_max);
+      // fa::max_for_exp's rule, in fp64 (the fp32 function would round the max).
+      const double max_for_exp = new_max == -std::numeric_limits<double>::infinity() ? 0.0 : new_max;
+      correction = std::exp(row_max - max_for_exp);
+      for (int64_t j = 0; j < block_kv; ++j) p[j] = std::exp(scores[j] - max_for_exp);
     } else {
       correction = 1.0;
+      for (int64_t j = 0; j < block_kv; ++j) p[j] = std::exp(scores[j] - new_max);
     }
     row_max = new_max;
     for (double& x : lane_sum) x *= correction;
     for (double& x : o_acc) x *= correction;
     for (int64_t j = 0; j < block_kv; ++j) {
-      const double p = form == SoftmaxForm::kFusedExp2
-                           ? std::exp2(scores[j] * scale_log2 - new_max * scale_log2)
-                           : std::exp(scores[j] - new_max);
-      lane_sum[(j % 8) / 2] += p;
-      for (int64_t d = 0; d < kDim; ++d) o_acc[d] += p * v.at(0, kv0 + j, 0, d);
+      lane_sum[(j % 8) / 2] += p[j];
+      for (int64_t d = 0; d < kDim; ++d) o_acc[d] += p[j] * v.at(0, kv0 + j, 0, d);
     }
   }
   const double row_sum = lane_sum[0] + lane_sum[1] + lane_sum[2] + lane_sum[3];
@@ -144,7 +155,8 @@ TEST_CASE("online softmax over K/V blocks equals plain softmax", "[softmax]") {
           std::vector<double> reference(kDim);
           fa::reference_row_fp64(in.q, in.k, in.v, 0, 0, s, scale, reference.data());
           const std::vector<double> online = online_softmax_row(in.q, in.k, in.v, s, scale, block_kv, form);
-          CHECK(max_rel_diff(online, reference) < 1e-12);
+          // fp32 with ex2.approx (2 ulp) against fp64: a few 1e-7 relative; the fp64 form is exact to rounding.
+          CHECK(max_rel_diff(online, reference) < (form == SoftmaxForm::kFusedExp2 ? 2e-6 : 1e-12));
         }
       }
     }
@@ -162,4 +174,50 @@ TEST_CASE("without the rescale the model is wrong when the max arrives late (the
                      reference) < 1e-12);
   CHECK(max_rel_diff(online_softmax_row(in.q, in.k, in.v, 0, scale, 32, SoftmaxForm::kNoRescale), reference) >
         1e-2);
+}
+
+// The -inf guard: keys whose scores are all -inf in the first K/V block (keys masked by infinite
+// inputs) must get weight 0, and the row must come out as the softmax over the other keys. With
+// the raw max subtracted instead (new_max = -inf), exp2(-inf - -inf) is NaN and poisons the row.
+TEST_CASE("the kernels' -inf guard: a first block of -inf scores gives weight 0, not NaN", "[softmax]") {
+  const float scale_log2 = 0.125f * 1.4426950408889634f;
+  const float inf = std::numeric_limits<float>::infinity();
+  // Block 0: every score -inf. Block 1: finite scores. One value column v[j] = j.
+  const std::vector<float> block0(8, -inf), block1 = {0.5f, -1.0f, 2.0f, 0.0f, 1.5f, -0.5f, 1.0f, 3.0f};
+  auto run = [&](bool guard) {
+    float row_max = -inf, row_sum = 0.0f, o = 0.0f;
+    for (int b = 0; b < 2; ++b) {
+      const std::vector<float>& scores = b == 0 ? block0 : block1;
+      float block_max = -inf;
+      for (float x : scores) block_max = std::max(block_max, x);
+      const float new_max = std::max(row_max, block_max);
+      const float max_scaled = (guard ? fa::max_for_exp(new_max) : new_max) * scale_log2;
+      const float correction = fa::exp2_approx(row_max * scale_log2 - max_scaled);
+      row_max = new_max;
+      row_sum *= correction;
+      o *= correction;
+      for (size_t j = 0; j < scores.size(); ++j) {
+        const float p = fa::exp2_approx(std::fma(scores[j], scale_log2, -max_scaled));
+        row_sum += p;
+        o += p * static_cast<float>(8 * b + j);
+      }
+    }
+    return o / row_sum;
+  };
+  double num = 0.0, den = 0.0;
+  for (size_t j = 0; j < block1.size(); ++j) {
+    const double w = std::exp(0.125 * block1[j]);
+    num += w * (8.0 + j);
+    den += w;
+  }
+  CHECK(std::fabs(run(true) - num / den) < 1e-5 * (num / den));
+  CHECK(std::isnan(run(false)));  // the test can fail: without the guard the row is NaN
+}
+
+TEST_CASE("exp2_approx on the host flushes subnormal results like ex2.approx.ftz", "[softmax]") {
+  CHECK(fa::exp2_approx(-126.0f) == std::ldexp(1.0f, -126));  // the smallest normal survives
+  CHECK(fa::exp2_approx(-127.0f) == 0.0f);                     // subnormal: flushed to zero
+  CHECK(fa::exp2_approx(-std::numeric_limits<float>::infinity()) == 0.0f);
+  CHECK(fa::exp2_approx(0.0f) == 1.0f);
+  CHECK(std::fabs(fa::exp2_approx(3.3f) - std::exp2(3.3f)) <= 2e-7f * std::exp2(3.3f));
 }

@@ -3,10 +3,10 @@
 // Shared memory has 32 banks of 4 bytes. ldmatrix reads 8 rows of 16 bytes per phase (one 8x8
 // matrix): the phase is conflict-free when the 8 row addresses fall in 8 different 16-byte bank
 // groups, group = (byte_offset / 16) % 8. A plain row-major tile with 128- or 256-byte rows puts
-// the same chunk of 8 consecutive rows in one group: an 8-way conflict. Stages 1-3 have exactly
-// that (asserted here, it is why stage 4 exists); stages 4 and later must be conflict-free.
+// the same chunk of 8 consecutive rows in one group: an 8-way conflict. Each stage's smem_layout.h
+// declares what its layout costs (kLdmatrixConflictWays: 8 for the plain layout of stages 1-3, which
+// is why stage 4 exists; 1 for the swizzle), and every phase the kernels issue must cost exactly that.
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/fragment_layout.h"
+#include "fa_catch.h"
 #include "smem_layouts.h"  // every stage's tile_offset(), a table generated from FA_STAGES
 
 namespace {
@@ -31,11 +32,8 @@ constexpr int kMaxTileRows = 128;  // the largest tile any stage stages (Br = 12
 constexpr int kElemBytes = 2;      // fp16 / bf16
 const int kRowElemsCases[] = {64, 128};
 
-int stage_number(const StageLayout& s) {
-  return std::atoi(s.stage);
-}
 bool swizzle_expected(const StageLayout& s) {
-  return stage_number(s) >= 4;
+  return s.ldmatrix_conflict_ways == 1;
 }
 
 // How many serialized passes ("wavefronts") shared memory needs for accesses of `access_bytes`
@@ -67,8 +65,8 @@ TEST_CASE("every stage's smem layout is registered", "[smem]") {
   CHECK(smem_layouts::kStageLayoutCount >= 8);
   for (const StageLayout& s : stage_layouts()) {
     INFO("stage " << s.stage);
-    CHECK(stage_number(s) >= 1);
     CHECK(s.tile_offset != nullptr);
+    CHECK((s.ldmatrix_conflict_ways == 1 || s.ldmatrix_conflict_ways == 8));
   }
 }
 
@@ -102,7 +100,7 @@ TEST_CASE("tile_offset is a bijection on the tile and keeps 16-byte chunks conti
   }
 }
 
-TEST_CASE("ldmatrix phases: 8-way conflicts in stages 1-3, conflict-free from stage 4 on", "[smem]") {
+TEST_CASE("ldmatrix phases cost exactly what each layout declares (8-way or conflict-free)", "[smem]") {
   for (const StageLayout& s : stage_layouts()) {
     for (int row_elems : kRowElemsCases) {
       for (const Addressing& a : kLdmatrixAddressings) {
@@ -133,7 +131,7 @@ TEST_CASE("ldmatrix phases: 8-way conflicts in stages 1-3, conflict-free from st
   }
 }
 
-TEST_CASE("epilogue 4-byte stores of O: conflict-free from stage 4 on", "[smem]") {
+TEST_CASE("epilogue 4-byte stores of O: conflict-free in every swizzled layout", "[smem]") {
   // Each thread writes the pairs of its accumulators: rows lane/4 (+8), cols d*8 + 2*(lane%4).
   for (const StageLayout& s : stage_layouts()) {
     for (int row_elems : kRowElemsCases) {
@@ -144,7 +142,9 @@ TEST_CASE("epilogue 4-byte stores of O: conflict-free from stage 4 on", "[smem]"
           for (int d = 0; d < row_elems / 8; ++d) {
             std::vector<int> bytes;
             for (int lane = 0; lane < 32; ++lane) {
-              const int row = warp_row0 + lane / 4 + 8 * half, col = d * 8 + 2 * (lane % 4);
+              // The kernels' normalize_and_write_o: row entries 2*half, 2*half+1 of n-tile d.
+              const int row = warp_row0 + fa::mma_c_row(lane, 2 * half);
+              const int col = d * fa::kMmaN + fa::mma_c_col(lane, 2 * half);
               bytes.push_back(kElemBytes * s.tile_offset(row, col, row_elems));
             }
             worst = std::max(worst, conflict_degree(bytes, 4));
@@ -181,11 +181,11 @@ TEST_CASE("16-byte global->shared copies are conflict-free in every stage", "[sm
   }
 }
 
-// Stage 9 forms its fragment and copy addresses as a per-lane base plus compile-time offsets
+// From stage 10 on, fragment and copy addresses are a per-lane base plus compile-time offsets
 // (LaneAddress, copy_tile_to_smem): the sub-tile 16 rows further down, or 64 columns (8 chunks)
 // further right, is the same swizzle shifted by a constant. This checks that identity for every
 // swizzled layout, every lane of every ldmatrix addressing, and both head dims.
-TEST_CASE("swizzled layouts: +16 rows and +64 columns are constant shifts (stage 9's lane bases)", "[smem]") {
+TEST_CASE("swizzled layouts: +16 rows and +64 columns are constant shifts (the lane bases of LaneAddress)", "[smem]") {
   for (const StageLayout& s : stage_layouts()) {
     if (!swizzle_expected(s)) continue;
     for (int row_elems : kRowElemsCases) {

@@ -1,11 +1,7 @@
 // The command-line runner: runs any linked stage on any shape, checks it against the fp64
 // reference, and only then times it. A result that fails its check gets no time, and the runner
-// exits non-zero.
-//
-//   fa_run [--stage all|NAME|NN[,..]] [--dtype fp16|bf16|all] [--head-dim 64|128|all]
-//          [--batch 16] [--heads 32] [--seq 1024,2048,4096,8192] [--seq-kv N]
-//          [--layout contiguous|padded|head-major] [--warmup 5] [--reps 20]
-//          [--csv FILE] [--no-time] [--list]
+// exits non-zero. Built twice from this file: fa_run with every stage, and one runner per stage
+// named after it (./build/04_swizzle) with that stage alone. `--help` lists the options.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +21,13 @@ using namespace fa;
 
 namespace {
 
+constexpr int kExitUsage = 2;
+constexpr int kExitNoGpu = 3;
+
+// The name this program was started as (argv[0] without its folder): "fa_run", or a stage's name
+// for a single-stage runner.
+std::string g_program = "fa_run";
+
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream in(text);
@@ -34,26 +37,92 @@ std::vector<std::string> split(const std::string& text) {
   return parts;
 }
 
+// The layouts --layout accepts: one kind for all four tensors, or "mixed" (each its own).
+bool parse_layout(const std::string& text, ProblemLayout* out) {
+  if (text == "mixed") {
+    *out = ProblemLayout::mixed();
+    return true;
+  }
+  for (LayoutKind kind : {LayoutKind::kContiguous, LayoutKind::kPadded, LayoutKind::kHeadMajor,
+                          LayoutKind::kHeadMajorPadded}) {
+    if (text == layout_kind_name(kind)) {
+      *out = kind;
+      return true;
+    }
+  }
+  return false;
+}
+
 struct Options {
   std::string stages = "all", dtypes = "fp16", head_dims = "128", seqs = "1024,2048,4096,8192";
   int64_t batch = 16, heads = 32, seq_kv = 0;
-  LayoutKind layout = LayoutKind::kContiguous;
+  std::string layout = "contiguous";
   int warmup = 5, reps = 20;
-  bool time = true, list = false;
+  bool time = true, list = false, json = false, help = false;
   std::string csv;
 };
 
-[[noreturn]] void usage(const char* message) {
-  std::fprintf(stderr, "fa_run: %s\n(see the comment at the top of tools/fa_run.cpp for the options)\n",
-               message);
-  std::exit(2);
+void print_help() {
+  const Options defaults;
+  const std::vector<const StageInfo*>& linked = registered_stages();
+  std::string linked_names;
+  for (const StageInfo* s : linked) linked_names += (linked_names.empty() ? "" : ", ") + std::string(s->name);
+  std::printf(
+      "usage: %s [options]\n"
+      "\n"
+      "Runs attention stages on the GPU, checks every result against an fp64 reference, and only\n"
+      "then times it: a result that fails its check gets no time. One problem per (dtype, head dim,\n"
+      "sequence length), shared by the stages; seeded normal inputs.\n"
+      "This program has %zu stage%s linked: %s.\n"
+      "\n"
+      "Options (default in brackets):\n"
+      "  --stage all|NAME|NN[,...]  stages to run, by folder name or number        [%s]\n"
+      "  --dtype fp16|bf16|all      element type, or a comma list                   [%s]\n"
+      "  --head-dim 64|128|all      head dimension, or a comma list                 [%s]\n"
+      "  --batch N                  batch size                                      [%lld]\n"
+      "  --heads N                  heads                                           [%lld]\n"
+      "  --seq N[,N...]             query lengths, one problem each                 [%s]\n"
+      "  --seq-kv N                 key/value length                                [each --seq]\n"
+      "  --layout KIND              memory layout of q, k, v and o                  [%s]\n"
+      "                               contiguous         [batch][seq][heads][head_dim], packed\n"
+      "                               padded             same order, NaN-filled gaps after every\n"
+      "                                                  head, row and batch\n"
+      "                               head-major         [batch][heads][seq][head_dim]\n"
+      "                               head-major-padded  head-major with NaN-filled gaps\n"
+      "                               mixed              each tensor its own, no stride shared:\n"
+      "                                                  %s\n"
+      "  --warmup N                 untimed launches before the timed ones           [%d]\n"
+      "  --reps N                   timed launches (each with its own CUDA events);\n"
+      "                             the median and the minimum are reported         [%d]\n"
+      "  --no-time                  check only, time nothing\n"
+      "  --csv FILE                 also write the results to FILE: a '# gpu=...' line, then\n"
+      "                             impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,\n"
+      "                             tflops,max_abs_err,rel_l2_err,tolerance,status  [no CSV]\n"
+      "  --list                     print the linked stages, one a line: name, parent, target,\n"
+      "                             tiles (Br, Bc, warps), idea; then exit\n"
+      "  --list --json              the same as a JSON array of every StageInfo field\n"
+      "  -h, --help                 this text\n"
+      "\n"
+      "Environment: FA_GIT_REV, the git revision written into the CSV's first line.\n"
+      "Exit status: 0 every result passed its check; 1 some result failed or could not run, or\n"
+      "CUDA is not usable (a driver too old, say); 2 bad usage; 3 nothing to run on: no CUDA device\n"
+      "or no NVIDIA driver (nothing was run).\n",
+      g_program.c_str(), linked.size(), linked.size() == 1 ? "" : "s", linked_names.c_str(),
+      defaults.stages.c_str(), defaults.dtypes.c_str(), defaults.head_dims.c_str(),
+      static_cast<long long>(defaults.batch), static_cast<long long>(defaults.heads), defaults.seqs.c_str(),
+      defaults.layout.c_str(), ProblemLayout::mixed().name().c_str(), defaults.warmup, defaults.reps);
+}
+
+[[noreturn]] void usage(const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n(run %s --help for the options)\n", g_program.c_str(), message.c_str(),
+               g_program.c_str());
+  std::exit(kExitUsage);
 }
 
 int64_t parse_int(const std::string& text, const char* what) {
   char* end = nullptr;
   const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0')
-    usage((std::string("not an integer for ") + what + ": " + text).c_str());
+  if (end == text.c_str() || *end != '\0') usage(std::string("not an integer for ") + what + ": " + text);
   return value;
 }
 
@@ -62,7 +131,7 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + arg).c_str());
+      if (i + 1 >= argc) usage("missing value after " + arg);
       return argv[++i];
     };
     if (arg == "--stage")
@@ -89,21 +158,79 @@ Options parse(int argc, char** argv) {
       o.time = false;
     else if (arg == "--list")
       o.list = true;
-    else if (arg == "--layout") {
-      const std::string l = value();
-      if (l == "contiguous")
-        o.layout = LayoutKind::kContiguous;
-      else if (l == "padded")
-        o.layout = LayoutKind::kPadded;
-      else if (l == "head-major")
-        o.layout = LayoutKind::kHeadMajor;
-      else
-        usage(("unknown layout " + l).c_str());
-    } else
-      usage(("unknown option " + arg).c_str());
+    else if (arg == "--json")
+      o.json = true;
+    else if (arg == "--layout")
+      o.layout = value();
+    else if (arg == "--help" || arg == "-h")
+      o.help = true;
+    else
+      usage("unknown option " + arg);
   }
   if (o.reps < 1 || o.warmup < 0) usage("--reps must be >= 1 and --warmup >= 0");
+  if (o.json && !o.list) usage("--json goes with --list");
+  ProblemLayout layout;
+  if (!parse_layout(o.layout, &layout)) usage("unknown layout " + o.layout);
   return o;
+}
+
+// ------------------------------------------------------------------------------------------------
+// --list and --list --json
+// ------------------------------------------------------------------------------------------------
+
+// One line per stage, the name first (tools/bench.py reads the first word of every line).
+void print_stage_list() {
+  for (const StageInfo* s : registered_stages())
+    std::printf("%-18s parent=%-18s target=%-6s Br=%-3d Bc=%-3d warps=%d  %s\n", s->name,
+                s->parent[0] ? s->parent : "-", s->target, s->block_q, s->block_kv, s->warps, s->idea);
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+template <typename T, typename Format>
+std::string json_array(const std::vector<T>& items, Format format) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + format(items[i]);
+  return out + "]";
+}
+
+// Every StageInfo field but the launcher, for the Python tools; features by their stage.json names.
+void print_stage_json() {
+  const char* const feature_names[] = {"any_length", "causal", "gqa", "lse", "alibi"};
+  const std::vector<const StageInfo*>& stages = registered_stages();
+  std::printf("[\n");
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const StageInfo& s = *stages[i];
+    std::vector<std::string> features;
+    for (const char* name : feature_names)
+      if (s.features & feature_bit(name)) features.push_back(name);
+    std::printf(
+        "  {\"name\": %s, \"parent\": %s, \"idea\": %s, \"target\": %s, \"min_compute_capability\": %d, "
+        "\"arch_specific\": %s, \"features\": %s, \"block_q\": %d, \"block_kv\": %d, \"warps\": %d, "
+        "\"head_dims\": %s, \"dtypes\": %s}%s\n",
+        json_string(s.name).c_str(), json_string(s.parent).c_str(), json_string(s.idea).c_str(),
+        json_string(s.target).c_str(), s.min_compute_capability, s.arch_specific ? "true" : "false",
+        json_array(features, json_string).c_str(), s.block_q, s.block_kv, s.warps,
+        json_array(s.head_dims, [](int d) { return std::to_string(d); }).c_str(),
+        json_array(s.dtypes, [](DType t) { return json_string(dtype_name(t)); }).c_str(),
+        i + 1 < stages.size() ? "," : "");
+  }
+  std::printf("]\n");
 }
 
 std::string csv_header_comment() {
@@ -130,7 +257,19 @@ std::string csv_header_comment() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 0 && argv[0] && argv[0][0]) {
+    g_program = argv[0];
+    g_program = g_program.substr(g_program.find_last_of('/') + 1);
+  }
   const Options opt = parse(argc, argv);
+  if (opt.help) {
+    print_help();
+    return 0;
+  }
+  if (opt.list) {
+    opt.json ? print_stage_json() : print_stage_list();
+    return 0;
+  }
 
   std::vector<const StageInfo*> stages;
   if (opt.stages == "all") {
@@ -138,20 +277,16 @@ int main(int argc, char** argv) {
   } else {
     for (const std::string& name : split(opt.stages)) {
       const StageInfo* s = find_stage(name);
-      if (!s) usage(("no stage named " + name + " in this program (try --list)").c_str());
+      if (!s) usage("no stage named " + name + " in " + g_program + " (try --list)");
       stages.push_back(s);
     }
   }
-  if (opt.list) {
-    for (const StageInfo* s : registered_stages())
-      std::printf("%-20s Br=%-3d Bc=%-3d warps=%d  %s\n", s->name, s->block_q, s->block_kv, s->warps,
-                  s->idea);
-    return 0;
-  }
+  ProblemLayout layout;
+  parse_layout(opt.layout, &layout);  // parse() has accepted it
   std::vector<DType> dtypes;
   for (const std::string& d : split(opt.dtypes == "all" ? "fp16,bf16" : opt.dtypes)) {
     DType t;
-    if (!parse_dtype(d, &t)) usage(("unknown dtype " + d).c_str());
+    if (!parse_dtype(d, &t)) usage("unknown dtype " + d);
     dtypes.push_back(t);
   }
   std::vector<int64_t> head_dims, seqs;
@@ -159,16 +294,22 @@ int main(int argc, char** argv) {
     head_dims.push_back(parse_int(d, "--head-dim"));
   for (const std::string& s : split(opt.seqs)) seqs.push_back(parse_int(s, "--seq"));
 
-  std::string why;
-  if (!cuda_device_available(&why)) {
-    std::fprintf(stderr, "fa_run: no usable CUDA GPU (%s); nothing was run.\n", why.c_str());
-    return 3;
+  // Exit 3 only where there is nothing to run on (scripts may report that as skipped); a GPU that is
+  // there but unusable (a driver too old for this runtime, say) is a failure.
+  const CudaDeviceProbe gpu = probe_cuda_device();
+  if (gpu.nothing_to_run_on()) {
+    std::fprintf(stderr, "%s: %s; nothing was run.\n", g_program.c_str(), gpu.message.c_str());
+    return kExitNoGpu;
+  }
+  if (!gpu.usable()) {
+    std::fprintf(stderr, "%s: CUDA is not usable: %s; nothing was run.\n", g_program.c_str(), gpu.message.c_str());
+    return 1;
   }
 
   std::ofstream csv;
   if (!opt.csv.empty()) {
     csv.open(opt.csv);
-    if (!csv) usage(("cannot write " + opt.csv).c_str());
+    if (!csv) usage("cannot write " + opt.csv);
     csv << csv_header_comment();
     csv << "impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,"
            "tolerance,status\n";
@@ -187,7 +328,7 @@ int main(int argc, char** argv) {
         config.seq_kv = opt.seq_kv > 0 ? opt.seq_kv : seq;
         config.head_dim = head_dim;
         config.dtype = dtype;
-        config.layout = opt.layout;
+        config.layout = layout;
         Problem problem(config);
         for (const StageInfo* stage : stages) {
           std::fflush(stdout);
