@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
 # The main job: build every stage and the runner, check and time every stage against PyTorch's
-# FlashAttention-2 and cuDNN, write the CSV, print the table and render the plots.
+# FlashAttention-2 and cuDNN, write the CSV, and regenerate from it everything the README and docs/
+# show: the results tables and sentences in README.md, the plots in plots/, and the generated
+# sections of docs/ (tools/gen_docs.py).
 #
-#   bash scripts/run_all.sh [options of tools/bench.py]      e.g. --quick, --dtypes all --head-dims all
+#   bash scripts/run_all.sh [options of tools/bench.py]
+#
+# With no options it measures what the README shows: fp16 and bf16, head_dim 64 and 128,
+# S = 1024..8192, every stage this GPU can run. Progress: one line per stage and shape as it
+# finishes, with the time so far and an estimate of the time left.
+# Some options (all listed below): --quick (smoke run; README and docs/ left alone), --stages 07,08,
+# --dtypes fp16 --head-dims 128, --dry-run (print the commands, run nothing).
 #
 # Needs an NVIDIA GPU (sm_80 or newer), the CUDA toolkit, CMake >= 3.24 and python3. Optional:
-# matplotlib (plots; without it: CSV and table only), PyTorch with CUDA (the FA2/cuDNN reference
-# rows; without it they say "torch unavailable" and there is no % of FA2). It installs nothing.
+# matplotlib (plots; without it the README's tables are still regenerated, without plots), PyTorch
+# with CUDA (the FA2/cuDNN reference rows; without it they say "torch unavailable" and there is
+# no % of FA2). It installs nothing.
 #
 # Environment: CMAKE_CUDA_ARCHITECTURES (e.g. 90) overrides the project's default architectures;
 # BUILD_JOBS overrides the number of parallel build jobs (default: all cores); BUILD_DIR the build
 # directory (default build).
+#
+# Exit status: that of tools/bench.py (0 every result passed its check; 1 one failed or did not
+# run, or a later step failed; 2 bad options; 3 no GPU), or 2 when a tool is missing.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,7 +34,11 @@ die() { printf 'run_all.sh: %s\n' "$1" >&2; exit "${2:-1}"; }  # die MESSAGE [EX
 if [[ " $* " == *" --help "* || " $* " == *" -h "* ]]; then
   awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
   echo
+  echo "The options, passed on to tools/bench.py:"
   exec python3 tools/bench.py --help
+fi
+if [[ " $* " == *" --dry-run "* ]]; then  # nothing is built or run: no GPU or toolkit needed
+  exec python3 tools/bench.py --build-dir "${build_dir}" "$@"
 fi
 
 # --- A GPU first: without one there is nothing to measure. --------------------------------------
@@ -87,7 +103,7 @@ python3 -u tools/bench.py --build-dir "${build_dir}" "$@"
 status=$?
 set -e
 if ((status == 0)); then
-  say "done: every stage passed its check; the CSV and plots are where bench.py said above."
+  say "done: every result passed its check; the CSV, plots, README and docs/ were regenerated as bench.py said above."
 else
   say "finished with exit status ${status} (see the messages above)."
 fi

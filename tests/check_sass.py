@@ -1,250 +1,367 @@
 #!/usr/bin/env python3
-"""Structural SASS test: each stage's machine code contains the instructions its idea is about.
+"""Structural SASS test: every stage's machine code shows the signature its stage.json declares.
 
-Run by CTest on the built stage libraries (libstage_NN_name.a):
+    check_sass.py --build-dir build                      every stage, libraries build/libstage_NAME.a
+    check_sass.py --stage 01_base=build/libstage_01_base.a --stage ...     (how CTest runs it)
+    check_sass.py --build-dir build --only 07_fast_softmax                  one stage (and its parent)
+    check_sass.py --check-tools       exit 0 if cuobjdump and nvdisasm are found, else 1
 
-    check_sass.py --source-dir SRC --stage 01_base=build/libstage_01_base.a --stage ... [--arch sm_80]
-    check_sass.py --check-tools      (exit 0 if cuobjdump and nvdisasm are found; scripts/test.sh)
+What is checked comes from stages/NN_name/stage.json alone (no stage numbers, nothing read from a
+kernel's source):
 
-For every stage, and every checked architecture (sm_80 and sm_90 by default) that the build
-contains, the head_dim-128 kernels (mangled names containing "Li128E") must show:
+  "sass": {
+    "require": ["HMMA", "LDGSTS", ...],   each must appear in every kernel of the stage
+    "forbid":  ["LDG"],                   none may appear in any kernel of the stage
+    "versus_parent": [                    per kernel, against the parent stage's kernel of the same
+      {"check": "c('FMUL') <= p('FMUL') - 16",    dtype, head_dim and architecture; c(OP) is this
+       "why": "the scale is folded into ..."}     stage's count of OP, p(OP) the parent's
+    ]
+  },
+  "spill_budget": {"sm_80": 0, "sm_86": 0, "sm_90": 4, "sm_90a": 0, "why": "..."}
+                                          LDL + STL per kernel at most this many on that
+                                          architecture; an architecture not listed allows none
 
-  * HMMA and LDSM                  mma.sync and ldmatrix (every stage)
-  * LDGSTS from stage 2 on         cp.async; and none in stage 1, whose copies are synchronous
-  * no LDL / STL                   no register spills to local memory, except a stage listed in
-                                   SPILL_BUDGET: at most that many LDL + STL per kernel, for the
-                                   measured reason recorded there
-  * MUFU.EX2 from stage 7 on       exp2 on the special-function unit
-  * stage 7 vs stage 6: fewer FMUL by at least kBlockKV/8*4 (16 for Bc = 32), per kernel.
+An opcode matches as the base opcode or a dotted prefix: "LDG" counts LDG.E.128 but not LDGSTS,
+"MUFU.EX2" counts MUFU.EX2 and not MUFU.RCP. A check is a Python expression over c('OP'), p('OP'),
+numbers, arithmetic, comparisons, and/or/not, nothing else (it is parsed and refused otherwise,
+then evaluated without builtins), and must give True or False. For an sm_90a stage whose parent is
+an sm_80 stage, the parent's sm_90 kernels are the ones compared.
 
-The last check is a heuristic, chosen because it needs no source-line mapping: stages 1-6 multiply
-every score by softmax_scale (one FMUL per score before expf); stage 7 folds scale*log2(e) into the
-FFMA that feeds ex2 and otherwise changes nothing else that multiplies, so its kernels must have at
-least one FMUL fewer per score a thread holds per K/V block: kBlockKV/8 n-tiles x 4 accumulators.
-(MUFU.EX2 alone proves little: expf in stages 1-6 also ends in MUFU.EX2.)
-
-Needs cuobjdump and nvdisasm (cuobjdump -sass runs nvdisasm). Looked up in $CUOBJDUMP / $NVDISASM,
-then PATH, /usr/local/cuda/bin, and the nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm pip packages.
-If either is missing the test exits with 77, which CTest reports as skipped (never as passed).
+Every kernel (both dtypes, every head_dim) of every SASS architecture the library contains is
+checked; the output is one table row per kernel, says which architectures were and were not in the
+build, and prints the failing check's "why". Exit 0 if all hold, 1 if any fails (or a declaration
+is malformed), 77 (CTest: skipped, never passed) only if cuobjdump or nvdisasm is missing.
 Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import ast
 import re
-import shutil
-import subprocess
 import sys
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+import sass  # noqa: E402  (tools/sass.py)
+import stages  # noqa: E402  (tools/stages.py)
+
 SKIP = 77
-DEFAULT_ARCHS = ("sm_80", "sm_90")
-
-# Stages allowed a few spill instructions (LDL + STL per head_dim-128 kernel), and why. Every other
-# stage must have none.
-SPILL_BUDGET = {
-    # 255 registers per thread (128 fp32 O + 64 fp32 S accumulators). On sm_90 ptxas (CUDA 13.0) keeps
-    # one loop-invariant value in local memory: 4 LDL/STL (2 LDL per K/V block, L1 hits); on sm_80
-    # 20 (not run on hardware). The spill-free build (-Xptxas -O1) measured 0.5-4% slower at head_dim 128 and 6-7%
-    # slower at head_dim 64 on the H200 (docs/stages/09_two_mtiles.md#the-spill).
-    "09_two_mtiles": 24,
-}
-
-# An instruction line of cuobjdump -sass: "/*0120*/  @!P0 LDGSTS.E.BYPASS.128 [R1], ... ;"
-INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
-FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
-CODE_FOR = re.compile(r"code for (sm_\d+[a-z]?)")
-ELF_ARCH = re.compile(r"\.(sm_\d+[a-z]?)\.cubin")
+OPCODE = re.compile(r"^[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*$")
+ARCH_KEY = re.compile(r"^sm_\d+a?$")
+# The opcodes shown first in the tables when a declaration names them; the rest follow in the order
+# the declarations name them, then the spill instructions.
+PREFERRED_COLUMNS = ["HMMA", "LDSM", "LDGSTS", "LDG", "STS", "MUFU.EX2", "FMUL", "FFMA", "SHFL"]
+SPILL_OPCODES = ["LDL", "STL"]
 
 
-def find_tool(name: str, env_var: str, near: Path | None = None) -> Path | None:
-    """The tool from $env_var, next to `near`, on PATH, in /usr/local/cuda/bin, or from pip."""
-    candidates: list[Path] = []
-    if os.environ.get(env_var):
-        candidates.append(Path(os.environ[env_var]))
-    if near is not None:
-        candidates.append(near.parent / name)
-    on_path = shutil.which(name)
-    if on_path:
-        candidates.append(Path(on_path))
-    candidates.append(Path("/usr/local/cuda/bin") / name)
-    try:
-        import nvidia  # the namespace package of NVIDIA's pip wheels
-
-        for root in nvidia.__path__:
-            candidates += sorted(Path(root).glob(f"cu*/bin/{name}"), reverse=True)  # CUDA 13 wheels
-            candidates += sorted(Path(root).glob(f"cuda_*/bin/{name}"))  # CUDA 12 wheels
-    except ImportError:
-        pass
-    for path in candidates:
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-    return None
+class DeclarationError(Exception):
+    pass
 
 
-class Kernel:
-    def __init__(self, name: str):
-        self.name = name
-        self.full = Counter()  # full opcodes, e.g. "MUFU.EX2", "LDGSTS.E.BYPASS.128"
-        self.base = Counter()  # opcode before the first dot, e.g. "MUFU", "LDGSTS"
-
-    def add(self, opcode: str) -> None:
-        self.full[opcode] += 1
-        self.base[opcode.split(".")[0]] += 1
-
-    def count_prefix(self, prefix: str) -> int:
-        return sum(n for op, n in self.full.items() if op == prefix or op.startswith(prefix + "."))
-
-    def key(self) -> str:
-        """The name without the stage's namespace: _ZN21stage_07_fast_softmax16attention... -> 16attention..."""
-        m = re.match(r"_ZN(\d+)", self.name)
-        return self.name[m.end() + int(m.group(1)):] if m else self.name
+# ------------------------------------------------------------------------------------------------
+# The declarations
 
 
-def run(cmd: list[str], env: dict[str, str]) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr.strip()}")
-    return done.stdout
+class Check:
+    """One versus_parent entry: a restricted expression over c('OP') and p('OP')."""
+
+    OPERATORS = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
+                 ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod,
+                 ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+    def __init__(self, expression: str, why: str, where: str):
+        self.expression, self.why = expression, why
+        try:
+            tree = ast.parse(expression, mode="eval")
+        except SyntaxError as e:
+            raise DeclarationError("%s: %r is not an expression (%s)" % (where, expression, e.msg)) from None
+        self.opcodes: list[str] = []
+        self._validate(tree, where)
+        self.code = compile(tree, where, "eval")
+
+    def _validate(self, tree: ast.AST, where: str) -> None:
+        calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                if (not isinstance(node.func, ast.Name) or node.func.id not in ("c", "p") or node.keywords
+                        or len(node.args) != 1 or not isinstance(node.args[0], ast.Constant)
+                        or not isinstance(node.args[0].value, str) or not OPCODE.match(node.args[0].value)):
+                    raise DeclarationError("%s: in %r, only c('OPCODE') and p('OPCODE') may be called"
+                                           % (where, self.expression))
+                if node.args[0].value not in self.opcodes:
+                    self.opcodes.append(node.args[0].value)
+            elif isinstance(node, ast.Name):
+                if id(node) not in calls:
+                    raise DeclarationError("%s: in %r, %r is not allowed (only c() and p())"
+                                           % (where, self.expression, node.id))
+            elif isinstance(node, ast.Constant):
+                if not isinstance(node.value, (int, float, str)) or isinstance(node.value, bool):
+                    raise DeclarationError("%s: in %r, the constant %r is not allowed"
+                                           % (where, self.expression, node.value))
+            elif not isinstance(node, self.OPERATORS + (ast.Load,)):
+                raise DeclarationError("%s: in %r, %s is not allowed (c(), p(), numbers, arithmetic, "
+                                       "comparisons, and/or/not)" % (where, self.expression, type(node).__name__))
+        if not self.opcodes:
+            raise DeclarationError("%s: %r names no opcode" % (where, self.expression))
+
+    def holds(self, child: sass.Kernel, parent: sass.Kernel) -> bool:
+        result = eval(self.code, {"__builtins__": {}}, {"c": child.count, "p": parent.count})
+        if not isinstance(result, bool):
+            raise DeclarationError("%r gives %r, not True or False" % (self.expression, result))
+        return result
+
+    def values(self, child: sass.Kernel, parent: sass.Kernel) -> str:
+        return ", ".join("c('%s')=%d p('%s')=%d" % (op, child.count(op), op, parent.count(op))
+                         for op in self.opcodes)
 
 
-def read_sass(library: Path, cuobjdump: Path, env: dict[str, str]) -> tuple[set[str], dict[str, dict[str, Kernel]]]:
-    """The SASS architectures in `library`, and {arch: {kernel name: Kernel}}."""
-    archs = set(ELF_ARCH.findall(run([str(cuobjdump), "-lelf", str(library)], env)))
-    kernels: dict[str, dict[str, Kernel]] = {}
-    arch, current = None, None
-    for line in run([str(cuobjdump), "-sass", str(library)], env).splitlines():
-        m = CODE_FOR.search(line)
-        if m:
-            arch, current = m.group(1), None
+@dataclass
+class Declaration:
+    stage: stages.Stage
+    require: list[str]
+    forbid: list[str]
+    checks: list[Check]
+    spill_budget: dict[str, int]   # arch -> LDL + STL allowed per kernel
+    spill_why: str
+
+    @property
+    def opcodes(self) -> list[str]:
+        out: list[str] = []
+        for op in self.require + self.forbid + [op for c in self.checks for op in c.opcodes]:
+            if op not in out:
+                out.append(op)
+        return out
+
+
+def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
+    where = "stages/%s/stage.json" % stage.name
+    extra = set(stage.sass) - {"require", "forbid", "versus_parent"}
+    if extra:
+        raise DeclarationError("%s: unknown keys in \"sass\": %s" % (where, ", ".join(sorted(extra))))
+    lists = {}
+    for key in ("require", "forbid"):
+        ops = stage.sass.get(key, [])
+        bad = [op for op in ops if not isinstance(op, str) or not OPCODE.match(op)]
+        if not isinstance(ops, list) or bad:
+            raise DeclarationError("%s: sass.%s must be a list of opcodes like \"HMMA\" or \"MUFU.EX2\"%s"
+                                   % (where, key, ", not %r" % bad if bad else ""))
+        lists[key] = ops
+    both = set(lists["require"]) & set(lists["forbid"])
+    if both:
+        raise DeclarationError("%s: %s both required and forbidden" % (where, ", ".join(sorted(both))))
+    checks = []
+    entries = stage.sass.get("versus_parent", [])
+    if entries and not stage.parent:
+        raise DeclarationError("%s: versus_parent checks, but no parent" % where)
+    if stage.parent and stage.parent not in known:
+        raise DeclarationError("%s: parent %r has no stages/%s/stage.json" % (where, stage.parent, stage.parent))
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or set(entry) != {"check", "why"} or not entry["why"].strip():
+            raise DeclarationError("%s: versus_parent[%d] must be {\"check\": ..., \"why\": ...} with a why"
+                                   % (where, i))
+        checks.append(Check(entry["check"], entry["why"], "%s versus_parent[%d]" % (where, i)))
+    budget, why = {}, ""
+    for key, value in stage.spill_budget.items():
+        if key == "why":
+            why = value
+        elif ARCH_KEY.match(key) and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            budget[key] = value
+        else:
+            raise DeclarationError("%s: spill_budget.%s = %r (keys are sm_NN or sm_NNa with a count >= 0, "
+                                   "and \"why\")" % (where, key, value))
+    if any(budget.values()) and not why.strip():
+        raise DeclarationError("%s: a spill budget above 0 needs its measured reason in spill_budget.why" % where)
+    return Declaration(stage, lists["require"], lists["forbid"], checks, budget, why)
+
+
+# ------------------------------------------------------------------------------------------------
+# The checks
+
+
+class Report:
+    def __init__(self):
+        self.passed = 0
+        self.failures: list[str] = []
+
+    def expect(self, condition: bool, what: str) -> bool:
+        if condition:
+            self.passed += 1
+        else:
+            self.failures.append(what)
+        return condition
+
+
+def parent_arch(decl: Declaration, parent: stages.Stage, arch: str) -> str:
+    """The architecture of the parent's kernels a kernel for `arch` is compared with."""
+    if arch == "sm_90a" and parent.target == "sm_80":
+        return "sm_90"
+    return arch
+
+
+def check_stage(decl: Declaration, kernels: list[sass.Kernel], parent_kernels: list[sass.Kernel] | None,
+                columns: list[str], report: Report, not_evaluated: list[str]) -> set[str]:
+    """Checks one stage's kernels, prints its table; returns the architectures it checked."""
+    stage = decl.stage
+    present = sorted({k.arch for k in kernels})
+    expected = set(decl.spill_budget) | {stage.target}
+    absent = sorted(expected - set(present))
+    print("\n%s (parent %s, target %s): checked %s; not in this build: %s"
+          % (stage.name, stage.parent or "none", stage.target, " ".join(present) or "nothing",
+             " ".join(absent) or "none"))
+    if not report.expect(bool(kernels), "%s: no kernel in the library's SASS" % stage.name):
+        print("  FAIL: no kernel in the library's SASS")
+        return set()
+    print("  %-7s %-10s %s  result" % ("arch", "kernel", " ".join("%*s" % (max(4, len(c)), c) for c in columns)))
+    for kernel in sorted(kernels, key=lambda k: (k.arch, k.instantiation)):
+        where = "%s %s %s" % (stage.name, kernel.arch, kernel.label)
+        problems = []
+        for op in decl.require:
+            if not report.expect(kernel.count(op) > 0, where):
+                problems.append("requires %s: none found" % op)
+        for op in decl.forbid:
+            if not report.expect(kernel.count(op) == 0, where):
+                problems.append("forbids %s: %d found" % (op, kernel.count(op)))
+        spills = sum(kernel.count(op) for op in SPILL_OPCODES)
+        allowed = decl.spill_budget.get(kernel.arch, 0)
+        if not report.expect(spills <= allowed, where):
+            problems.append("spills: %d LDL + %d STL > budget %d for %s%s"
+                            % (kernel.count("LDL"), kernel.count("STL"), allowed, kernel.arch,
+                               " (%s)" % decl.spill_why if decl.spill_why else " (no budget declared)"))
+        if decl.checks:
+            problems += compare_with_parent(decl, kernel, parent_kernels, report, not_evaluated)
+        print("  %-7s %-10s %s  %s" % (kernel.arch, kernel.label,
+                                      " ".join("%*d" % (max(4, len(c)), kernel.count(c)) for c in columns),
+                                      "FAIL" if problems else "ok"))
+        for p in problems:
+            print("      FAIL: %s" % p)
+    return set(present)
+
+
+def compare_with_parent(decl: Declaration, kernel: sass.Kernel, parent_kernels: list[sass.Kernel] | None,
+                        report: Report, not_evaluated: list[str]) -> list[str]:
+    stage, parent = decl.stage, stages.load(decl.stage.parent, decl.stage.folder.parent)
+    where = "%s %s %s" % (stage.name, kernel.arch, kernel.label)
+    if parent_kernels is None:
+        report.expect(False, where)
+        return ["versus %s: the parent's library was not given" % parent.name]
+    arch = parent_arch(decl, parent, kernel.arch)
+    if not any(k.arch == arch for k in parent_kernels):
+        not_evaluated.append("%s: %s has no %s code in this build" % (where, parent.name, arch))
+        return []
+    matches = [k for k in parent_kernels if k.arch == arch and k.instantiation == kernel.instantiation]
+    if not report.expect(len(matches) == 1, where):
+        return ["versus %s: %d kernels of %s %s in the parent (need exactly one)"
+                % (parent.name, len(matches), arch, kernel.label)]
+    problems = []
+    for check in decl.checks:
+        try:
+            holds = check.holds(kernel, matches[0])
+        except (DeclarationError, ArithmeticError) as e:
+            report.expect(False, where)
+            problems.append("versus %s %s: %s cannot be evaluated: %s" % (parent.name, arch, check.expression, e))
             continue
-        m = FUNCTION.search(line)
-        if m and arch:
-            current = kernels.setdefault(arch, {}).setdefault(m.group(1), Kernel(m.group(1)))
-            continue
-        m = INSTRUCTION.search(line)
-        if m and current is not None:
-            current.add(m.group(1))
-    return archs, kernels
+        if not report.expect(holds, where):
+            problems.append("versus %s %s: %s is false (%s)\n            why: %s"
+                            % (parent.name, arch, check.expression, check.values(kernel, matches[0]), check.why))
+    return problems
 
 
-def block_kv_of(source_dir: Path, stage: str) -> int:
-    text = (source_dir / "stages" / stage / "kernel.cu").read_text()
-    m = re.search(r"constexpr\s+int\s+kBlockKV\s*=\s*(\d+)", text)
-    if not m:
-        raise RuntimeError(f"no 'constexpr int kBlockKV = N' in stages/{stage}/kernel.cu")
-    return int(m.group(1))
+def table_columns(declarations: list[Declaration]) -> list[str]:
+    named: list[str] = []
+    for decl in declarations:
+        named += [op for op in decl.opcodes if op not in named]
+    first = [op for op in PREFERRED_COLUMNS if op in named]
+    return first + [op for op in named if op not in first and op not in SPILL_OPCODES] + SPILL_OPCODES
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source-dir", type=Path)
+    parser.add_argument("--build-dir", type=Path, help="find every stage's library as DIR/libstage_NAME.a")
+    parser.add_argument("--stage", action="append", default=[], metavar="NAME=LIBRARY",
+                        help="a stage and its kernel library (repeatable; instead of --build-dir)")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="check only this stage (repeatable); its parent's library is still read")
+    parser.add_argument("--stages-dir", type=Path, default=stages.STAGES_DIR,
+                        help="where the stage.json declarations are (default: the repository's stages/)")
     parser.add_argument("--check-tools", action="store_true",
                         help="only say whether cuobjdump and nvdisasm are found (exit 0) or not (exit 1)")
-    parser.add_argument("--stage", action="append", default=[], metavar="NAME=LIBRARY")
-    parser.add_argument("--arch", action="append", default=None, help="default: sm_80 and sm_90")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.check_tools:
-        cuobjdump = find_tool("cuobjdump", "CUOBJDUMP")
-        nvdisasm = find_tool("nvdisasm", "NVDISASM", near=cuobjdump)
-        print(f"cuobjdump: {cuobjdump or 'not found'}\nnvdisasm:  {nvdisasm or 'not found'}")
-        return 0 if cuobjdump and nvdisasm else 1
-    if args.source_dir is None:
-        parser.error("--source-dir is required")
-    wanted_archs = args.arch or list(DEFAULT_ARCHS)
-    stages = []
+        tools = sass.find_tools()
+        print("cuobjdump: %s\nnvdisasm:  %s" % (tools.cuobjdump, tools.nvdisasm) if tools
+              else sass.missing_tools_message())
+        return 0 if tools else 1
+
+    declared = {s.name: s for s in stages.all_stages(args.stages_dir)}
+    libraries: dict[str, Path] = {}
     for item in args.stage:
         name, _, lib = item.partition("=")
         if not lib:
-            parser.error(f"--stage wants NAME=LIBRARY, got {item!r}")
-        stages.append((name, int(name.split("_")[0]), Path(lib)))
-    if not stages:
-        parser.error("no --stage given")
+            parser.error("--stage wants NAME=LIBRARY, got %r" % item)
+        libraries[name] = Path(lib)
+    if args.build_dir:
+        for name in declared:
+            libraries.setdefault(name, sass.library_of(args.build_dir, name))
+    if not libraries:
+        parser.error("give --build-dir or --stage NAME=LIBRARY")
+    undeclared = sorted(set(libraries) - set(declared))
+    if undeclared:
+        print("FAIL: no stages/<name>/stage.json for %s" % ", ".join(undeclared))
+        return 1
+    checked = [n for n in declared if n in libraries and (not args.only or n in args.only)]
+    unknown = sorted(set(args.only) - set(checked))
+    if unknown:
+        parser.error("--only %s: not a stage with a library" % ", ".join(unknown))
 
-    cuobjdump = find_tool("cuobjdump", "CUOBJDUMP")
-    if cuobjdump is None:
-        print("SKIP: cuobjdump not found ($CUOBJDUMP, PATH, /usr/local/cuda/bin, pip nvidia-cuda-cuobjdump)")
+    try:
+        declarations = [read_declaration(declared[n], set(declared)) for n in checked]
+    except DeclarationError as e:
+        print("FAIL: %s" % e)
+        return 1
+
+    tools = sass.find_tools()
+    if tools is None:
+        print("SKIP: %s" % sass.missing_tools_message())
         return SKIP
-    nvdisasm = find_tool("nvdisasm", "NVDISASM", near=cuobjdump)
-    if nvdisasm is None:
-        print(f"SKIP: nvdisasm not found (cuobjdump -sass needs it; pip install nvidia-cuda-nvdisasm); "
-              f"cuobjdump is {cuobjdump}")
-        return SKIP
-    env = dict(os.environ)
-    env["PATH"] = f"{nvdisasm.parent}{os.pathsep}{env.get('PATH', '')}"
-    print(f"cuobjdump: {cuobjdump}\nnvdisasm:  {nvdisasm}")
+    print("cuobjdump: %s (%s)\nnvdisasm:  %s" % (tools.cuobjdump, tools.version(), tools.nvdisasm))
 
-    failures: list[str] = []
-    passed = 0
-
-    def expect(condition: bool, what: str) -> None:
-        nonlocal passed
-        if condition:
-            passed += 1
-        else:
-            failures.append(what)
-            print(f"  FAIL: {what}")
-
-    sass = {}
-    checked_archs: set[str] = set()
-    for name, number, lib in stages:
-        if not lib.is_file():
-            expect(False, f"{name}: library {lib} does not exist")
+    report = Report()
+    kernels_of: dict[str, list[sass.Kernel]] = {}
+    needed = dict.fromkeys(checked + [d.stage.parent for d in declarations if d.stage.parent])
+    for name in needed:
+        if name not in libraries:
             continue
-        built, kernels = read_sass(lib, cuobjdump, env)
-        sass[name] = kernels
-        for arch in wanted_archs:
-            if arch not in built:
-                print(f"{name}: {arch} is not in this build ({', '.join(sorted(built)) or 'no SASS'}), skipped")
-                continue
-            checked_archs.add(arch)
-            hd128 = {k: v for k, v in kernels.get(arch, {}).items() if "Li128E" in k}
-            expect(len(hd128) > 0, f"{name} {arch}: no head_dim-128 kernel (name with Li128E) in the SASS")
-            for kernel in hd128.values():
-                where = f"{name} {arch} {kernel.name}"
-                b = kernel.base
-                print(f"{name:20s} {arch} {kernel.key()[:60]:60s} HMMA {b['HMMA']:4d} LDSM {b['LDSM']:3d} "
-                      f"LDGSTS {b['LDGSTS']:3d} LDL {b['LDL']} STL {b['STL']} "
-                      f"MUFU.EX2 {kernel.count_prefix('MUFU.EX2'):3d} FMUL {b['FMUL']:4d} FFMA {b['FFMA']:4d}")
-                expect(b["HMMA"] > 0, f"{where}: no HMMA (mma.sync)")
-                expect(b["LDSM"] > 0, f"{where}: no LDSM (ldmatrix)")
-                if number >= 2:
-                    expect(b["LDGSTS"] > 0, f"{where}: no LDGSTS (cp.async) from stage 2 on")
-                else:
-                    expect(b["LDGSTS"] == 0, f"{where}: LDGSTS in stage 1, whose copies should be plain loads")
-                budget = SPILL_BUDGET.get(name, 0)
-                expect(b["LDL"] + b["STL"] <= budget,
-                       f"{where}: register spills ({b['LDL']} LDL, {b['STL']} STL; allowed {budget})")
-                if number >= 7:
-                    expect(kernel.count_prefix("MUFU.EX2") > 0, f"{where}: no MUFU.EX2 (exp2) from stage 7 on")
+        if report.expect(libraries[name].is_file(), name):
+            kernels_of[name] = sass.disassemble(libraries[name], tools)
+        else:
+            print("FAIL: %s: library %s does not exist (build it first)" % (name, libraries[name]))
+    columns = table_columns(declarations)
+    not_evaluated: list[str] = []
+    archs_checked: dict[str, int] = {}
+    archs_absent: set[str] = set()
+    for decl in declarations:
+        name = decl.stage.name
+        if name not in kernels_of:
+            continue
+        parent = decl.stage.parent
+        present = check_stage(decl, kernels_of[name], kernels_of.get(parent) if parent else None,
+                              columns, report, not_evaluated)
+        for arch in present:
+            archs_checked[arch] = archs_checked.get(arch, 0) + 1
+        archs_absent |= (set(decl.spill_budget) | {decl.stage.target}) - present
 
-    # Stage 7 against stage 6: the FMUL by the scale before the exp is gone.
-    by_number = {number: name for name, number, _ in stages}
-    if 6 in by_number and 7 in by_number and by_number[6] in sass and by_number[7] in sass:
-        s6, s7 = by_number[6], by_number[7]
-        scores_per_thread = block_kv_of(args.source_dir, s7) // 8 * 4
-        for arch in sorted(checked_archs):
-            k6 = {k.key(): k for k in sass[s6].get(arch, {}).values()}
-            k7 = {k.key(): k for k in sass[s7].get(arch, {}).values()}
-            common = sorted(set(k6) & set(k7))
-            expect(len(common) > 0, f"{s6} vs {s7} {arch}: no kernel in both")
-            for key in common:
-                f6, f7 = k6[key].base["FMUL"], k7[key].base["FMUL"]
-                print(f"{s6} -> {s7} {arch} {key[:60]}: FMUL {f6} -> {f7} (must drop by >= {scores_per_thread})")
-                expect(f6 - f7 >= scores_per_thread,
-                       f"{s7} {arch} {key}: FMUL {f7} vs {f6} in {s6}; expected at least {scores_per_thread} "
-                       f"fewer (no separate multiply by the scale before the exp)")
-    else:
-        print("stage 6 or 7 not given: the FMUL comparison is not run")
-
-    if not checked_archs and not failures:
-        print(f"SKIP: none of {', '.join(wanted_archs)} is in this build")
-        return SKIP
-    print(f"\n{passed} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    print("\narchitectures checked: %s" % (", ".join("%s (%d stages)" % a for a in sorted(archs_checked.items()))
+                                           or "none"))
+    print("declared but not in this build: %s" % (", ".join(sorted(archs_absent - set(archs_checked))) or "none"))
+    for line in not_evaluated:
+        print("versus_parent not evaluated: %s" % line)
+    failed_kernels = sorted(set(report.failures))
+    print("\n%d checks passed, %d failed%s" % (report.passed, len(report.failures),
+                                               ": " + "; ".join(failed_kernels) if failed_kernels else ""))
+    return 1 if report.failures else 0
 
 
 if __name__ == "__main__":

@@ -1,17 +1,37 @@
 #!/usr/bin/env python3
-"""CPU test of plots/plot.py: renders a small synthetic results CSV and rewrites a README copy.
+"""CPU test of the results pipeline's Python tools, without a GPU.
+
+  tools/plot.py          renders a synthetic CSV and the committed one (plots/results/latest.csv),
+                         twice each, to the same bytes; rewrites only the marked sections of a
+                         README copy; --check passes on what it wrote and fails on an edited cell
+                         or sentence
+  tools/results_tables   the generated sentences say faster/slower/within where the numbers do;
+                         sm_90a stages get % of cuDNN; an old CSV (fewer columns), a newer one
+                         (causal, kv_heads, unknown columns), a stage the tree no longer has and
+                         a stage the CSV lacks are all shown, not crashed on
+  tools/bench.py         with a fake fa_run: one progress line per result with an estimate of the
+                         time left, an sm_90a stage skipped with a message on a compute capability
+                         8.0 GPU, the CSV with pct_of_cudnn, the README rewritten; --dry-run
+  every script           answers --help with its options
 
 The numbers below are FAKE (made up for this test, not measured). Exit codes: 0 pass, 1 fail,
 77 skipped (matplotlib is not installed; CTest reports it as skipped through SKIP_RETURN_CODE).
 """
 
+import csv
+import io
 import os
+import stat
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PLOT = os.path.join(os.path.dirname(HERE), "plots", "plot.py")
+REPO = os.path.dirname(HERE)
+TOOLS = os.path.join(REPO, "tools")
+PLOT = os.path.join(TOOLS, "plot.py")
+BENCH = os.path.join(TOOLS, "bench.py")
+COMMITTED_CSV = os.path.join(REPO, "plots", "results", "latest.csv")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # Same format as tools/bench.py writes. 02_fake fails its check at S=256 (no time), as a real
@@ -38,7 +58,8 @@ cudnn,reference,fp16,128,2,4,256,256,,,,,,,unavailable: fake reason for the test
 
 README_BEFORE = "# Fake project\n\nText above the table.\n\n<!-- results-table:begin -->\n"
 README_PLACEHOLDER = "no results yet\n"
-README_AFTER = "<!-- results-table:end -->\n\nText below the table, kept as is.\n"
+README_MIDDLE = "<!-- results-table:end -->\n\nText between.\n\n<!-- results-summary:begin -->\n"
+README_AFTER = "<!-- results-summary:end -->\n\nText below, kept as is.\n"
 
 failures = []
 passes = []
@@ -49,18 +70,266 @@ def check(condition, what):
     (passes if condition else failures).append(what)
 
 
-def run_plot(args):
-    done = subprocess.run([sys.executable, PLOT] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sys.stdout.write(done.stdout)
-    return done.returncode
+def run(cmd):
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return done.returncode, done.stdout
+
+
+def run_plot(args, quiet=False):
+    rc, out = run([sys.executable, PLOT] + args)
+    if not quiet:
+        sys.stdout.write(out)
+    return rc
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
 
 
 def check_png(path):
-    ok = os.path.isfile(path) and os.path.getsize(path) > 1000
-    if ok:
-        with open(path, "rb") as f:
-            ok = f.read(8) == PNG_MAGIC
+    ok = os.path.isfile(path) and os.path.getsize(path) > 1000 and read(path, "rb")[:8] == PNG_MAGIC
     check(ok, "%s is a non-empty PNG" % os.path.basename(path))
+
+
+def pngs(folder):
+    return sorted(f for f in os.listdir(folder) if f.endswith(".png")) if os.path.isdir(folder) else []
+
+
+def same_bytes(dir_a, dir_b):
+    names = pngs(dir_a)
+    return bool(names) and names == pngs(dir_b) and all(
+        read(os.path.join(dir_a, n), "rb") == read(os.path.join(dir_b, n), "rb") for n in names)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_synthetic_render_and_readme(tmp):
+    csv_path = os.path.join(tmp, "results_fake.csv")
+    write(csv_path, FAKE_CSV)
+    readme = os.path.join(tmp, "README.md")
+    write(readme, README_BEFORE + README_PLACEHOLDER + README_MIDDLE + README_PLACEHOLDER + README_AFTER)
+    out_dir = os.path.join(tmp, "plots")
+
+    check(run_plot([csv_path, "--out-dir", out_dir, "--readme", readme]) == 0, "plot.py exits 0")
+    check_png(os.path.join(out_dir, "fp16_d128_hist.png"))
+    check_png(os.path.join(out_dir, "fp16_d128_tflops.png"))
+    again = os.path.join(tmp, "plots_again")
+    run_plot([csv_path, "--out-dir", again, "--no-readme"], quiet=True)
+    check(same_bytes(out_dir, again), "rendering the same CSV twice gives byte-identical PNGs")
+
+    text = read(readme)
+    check(text.startswith(README_BEFORE), "README text above the first begin marker is unchanged")
+    check(text.endswith(README_AFTER), "README text from the last end marker on is unchanged")
+    check("\nText between.\n" in text, "README text between the two sections is unchanged")
+    table = text[len(README_BEFORE): text.find("<!-- results-table:end -->")]
+    summary = text[text.find("<!-- results-summary:begin -->"):]
+    check(README_PLACEHOLDER.strip() not in text, "both placeholders were replaced")
+    check("0.5000 / " in table, "the table holds a time from the CSV (FA2 at S=256: 0.5000 ms)")
+    check("25.0%" in table and "50.0%" in table, "the table holds % of FA2 from the CSV")
+    check("FAKE GPU" in table and "0000000" in table, "the table names the GPU and git revision of the CSV")
+    check("**FAIL** (no time)" in table, "a stage that failed its check is shown without a time")
+    check("results_fake.csv" in table, "the table says which CSV it came from")
+    check("`01_fake` (not a stage of this tree)" in table, "a stage the tree does not have is named as such")
+    check("Stages of this tree without results in this CSV:" in table, "stages the CSV lacks are named")
+    check("`01_fake` (not a stage of this tree): 25.0-31.2% of FA2" in summary,
+          "the summary gives a stage's range of % of FA2")
+
+    # --check: passes on what plot.py wrote; fails on an edited cell and on an edited sentence.
+    check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir]) == 0,
+          "--check passes on the README plot.py wrote (the CSV named in it)")
+    for old, new, what in (("0.5000 / ", "0.5001 / ", "a table cell"), ("25.0-31.2% of FA2", "25.0-31.3% of FA2", "a sentence")):
+        edited = os.path.join(tmp, "EDITED.md")
+        write(edited, text.replace(old, new, 1))
+        check(run_plot(["--check", "--readme", edited, csv_path, "--out-dir", out_dir], quiet=True) == 1,
+              "--check fails when %s of the README was edited" % what)
+    os.remove(os.path.join(out_dir, "fp16_d128_tflops.png"))
+    check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir], quiet=True) == 1,
+          "--check fails when a plot the README links to is missing")
+
+    # Without a FA2 time there is no % of FA2: the plots fall back to TFLOP/s instead of failing.
+    no_fa2 = os.path.join(tmp, "no_fa2.csv")
+    write(no_fa2, "".join(line + "\n" for line in FAKE_CSV.splitlines() if not line.startswith("fa2,")))
+    out2 = os.path.join(tmp, "plots_no_fa2")
+    check(run_plot([no_fa2, "--out-dir", out2, "--no-readme"]) == 0, "plot.py exits 0 without an FA2 reference")
+    check_png(os.path.join(out2, "fp16_d128_hist.png"))
+
+    # A README without the markers is an error, and stays untouched.
+    plain = os.path.join(tmp, "PLAIN.md")
+    write(plain, "no markers here\n")
+    check(run_plot([csv_path, "--out-dir", out_dir, "--readme", plain], quiet=True) == 2, "a README without markers is refused")
+    check(read(plain) == "no markers here\n", "a README without markers is left as it was")
+
+
+def test_committed_csv(tmp):
+    """The CSV the README is generated from renders, twice to the same bytes."""
+    if not os.path.exists(COMMITTED_CSV):
+        check(False, "%s exists" % os.path.relpath(COMMITTED_CSV, REPO))
+        return
+    first, second = os.path.join(tmp, "committed_1"), os.path.join(tmp, "committed_2")
+    check(run_plot([COMMITTED_CSV, "--out-dir", first, "--no-readme"]) == 0, "plot.py renders plots/results/latest.csv")
+    run_plot([COMMITTED_CSV, "--out-dir", second, "--no-readme"], quiet=True)
+    check(len(pngs(first)) >= 2, "the committed CSV gives plots (%d PNGs)" % len(pngs(first)))
+    for name in pngs(first):
+        check_png(os.path.join(first, name))
+    check(same_bytes(first, second), "rendering the committed CSV twice gives byte-identical PNGs")
+
+
+def test_sentences_and_columns():
+    """results_tables on in-memory data: parents, Hopper stages, old and new CSV formats."""
+    sys.path.insert(0, TOOLS)
+    import results_tables
+    import stages
+    from results_csv import COLUMNS
+
+    def declared(name, parent, target="sm_80"):
+        return stages.Stage(name=name, parent=parent, idea="fake", target=target, features=(), sass={}, spill_budget={})
+
+    decl = {"01_a": declared("01_a", None), "02_b": declared("02_b", "01_a"),
+            "03_h": declared("03_h", "02_b", "sm_90a"), "04_new": declared("04_new", "03_h")}
+    # Old format: no kind, no pct columns, no kv_heads/causal; plus a stage the tree does not have.
+    old_csv = ("# gpu=FAKE\nimpl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,tflops,status\n"
+               "01_a,fp16,128,1,1,1024,1024,2.0,1,PASS\n01_a,fp16,128,1,1,2048,2048,8.0,1,PASS\n"
+               "02_b,fp16,128,1,1,1024,1024,1.0,2,PASS\n02_b,fp16,128,1,1,2048,2048,8.05,1,PASS\n"
+               "03_h,fp16,128,1,1,1024,1024,0.5,4,PASS\n03_h,fp16,128,1,1,2048,2048,9.0,1,PASS\n"
+               "99_gone,fp16,128,1,1,1024,1024,3.0,1,PASS\n99_gone,fp16,128,1,1,2048,2048,3.0,1,PASS\n"
+               "fa2,fp16,128,1,1,1024,1024,1.0,2,PASS\nfa2,fp16,128,1,1,2048,2048,4.0,2,PASS\n"
+               "cudnn,fp16,128,1,1,1024,1024,0.25,8,PASS\ncudnn,fp16,128,1,1,2048,2048,2.0,4,PASS\n")
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(old_csv)
+    try:
+        meta, rows = results_tables.load_results(f.name)
+    finally:
+        os.remove(f.name)
+    check(all(r["kind"] == ("reference" if r["impl"] in ("fa2", "cudnn") else "stage") for r in rows),
+          "an old CSV without 'kind' gets it from the name")
+    check(all(r["causal"] == 0 and r["kv_heads"] == r["heads"] for r in rows),
+          "an old CSV without causal/kv_heads reads as non-causal with kv_heads = heads")
+    b = [r for r in rows if r["impl"] == "02_b" and r["seq_q"] == 1024][0]
+    check(b["pct"] == 100.0 and b["pct_cudnn"] == 25.0, "pct_of_fa2 and pct_of_cudnn are computed when the CSV lacks them")
+
+    groups = results_tables.make_groups(rows)
+    bodies = results_tables.readme_bodies(groups, meta, "/x/r.csv", "/x/README.md", "/x/plots", decl)
+    summary, table = bodies["results-summary"], bodies["results-table"]
+    print(summary)
+    check("Against its parent `01_a`: faster (time -50.0%) at S = 1024; within 1% elsewhere" in summary.replace("head_dim 128, ", ""),
+          "02_b is faster than its parent at S=1024 and within 1% (+0.6%) at S=2048")
+    check("Against its parent `02_b`: faster (time -50.0%) at S = 1024; slower (time +11.8%) at S = 2048" in summary.replace("head_dim 128, ", ""),
+          "03_h is faster at S=1024 and slower at S=2048 than its parent")
+    check("22.2-50.0% of cuDNN" in summary, "an sm_90a stage's sentence gives its % of cuDNN")
+    check("/ 50.0%" in table.split("| [03_h]")[1].split("\n")[0] and "sm_90a stages: / % of cuDNN" in table,
+          "an sm_90a stage's table cells add its % of cuDNN")
+    check("/ 25.0%" not in table.split("| [02_b]")[1].split("\n")[0], "an sm_80 stage's cells have no % of cuDNN")
+    check("`99_gone` (not a stage of this tree)" in table and "`99_gone`" in summary,
+          "a stage the tree no longer has is shown and said so")
+    check("No results in this CSV for `04_new`" in summary and "04_new" in table,
+          "a declared stage the CSV lacks is named in the table and the summary")
+    check("faster than FA2 at S = 1024" in summary.replace("head_dim 128, ", ""), "faster than FA2 is said where it is")
+
+    # New format: extra columns, causal and GQA rows form their own configurations.
+    new_csv = io.StringIO()
+    columns = COLUMNS + ["causal", "kv_heads", "future_column"]
+    writer = csv.DictWriter(new_csv, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for causal, kv_heads in ((0, 8), (1, 8), (0, 2)):
+        for impl in ("01_a", "fa2"):
+            writer.writerow(dict(impl=impl, kind="stage" if impl != "fa2" else "reference", dtype="bf16", head_dim=64,
+                                 batch=2, heads=8, seq_q=512, seq_kv=512, median_ms=1.0, tflops=1.0, status="PASS",
+                                 causal=causal, kv_heads=kv_heads, future_column="x"))
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(new_csv.getvalue())
+    try:
+        meta, rows = results_tables.load_results(f.name)
+    finally:
+        os.remove(f.name)
+    titles = sorted(g.title() for g in results_tables.make_groups(rows))
+    slugs = sorted(g.slug for g in results_tables.make_groups(rows))
+    check(titles == ["bf16, head_dim 64, batch 2, heads 8", "bf16, head_dim 64, causal, batch 2, heads 8",
+                     "bf16, head_dim 64, kv_heads 2, batch 2, heads 8"],
+          "causal and kv_heads rows form configurations of their own (%s)" % titles)
+    check(slugs == ["bf16_d64", "bf16_d64_causal", "bf16_d64_kv2"], "and plots of their own (%s)" % slugs)
+
+
+FAKE_FA_RUN = r'''#!%(python)s
+# A stand-in for build/fa_run (made-up numbers): --list --json, and rows as the runner prints them.
+import json, sys
+args = sys.argv[1:]
+if args[:2] == ["--list", "--json"]:
+    print(json.dumps([
+        {"name": "01_fake", "parent": None, "target": "sm_80", "min_compute_capability": 80, "arch_specific": False,
+         "features": [], "dtypes": ["fp16", "bf16"], "head_dims": [64, 128]},
+        {"name": "02_fake", "parent": "01_fake", "target": "sm_80", "min_compute_capability": 80, "arch_specific": False,
+         "features": [], "dtypes": ["fp16"], "head_dims": [64, 128]},
+        {"name": "03_fake_hopper", "parent": "02_fake", "target": "sm_90a", "min_compute_capability": 90,
+         "arch_specific": True, "features": [], "dtypes": ["fp16", "bf16"], "head_dims": [64, 128]}]))
+    sys.exit(0)
+opt = dict(zip(args[0::2], args[1::2]))
+print("stage dtype D B H Sq Skv median_ms min_ms TFLOP/s max_abs_err rel_l2_err check")
+with open(opt["--csv"], "w") as f:
+    f.write("# gpu=FAKE GPU; sm=80; sms=1; cuda_driver=0.0; cuda_runtime=0.0; git=fake\n")
+    f.write("impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status\n")
+    for seq in opt["--seq"].split(","):
+        for i, stage in enumerate(opt["--stage"].split(",")):
+            ms = 0.001 * int(seq) / (i + 1)
+            print("%%-18s %%s %%s %%s %%s %%s %%s %%.4f %%.4f 1.0 1e-4 1e-4  PASS" %% (
+                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], seq, seq, ms, ms), flush=True)
+            f.write("%%s,%%s,%%s,%%s,%%s,%%s,%%s,%%g,%%g,1.0,1e-4,1e-4,2e-4,PASS\n" %% (
+                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], seq, seq, ms, ms))
+'''
+
+
+def test_bench(tmp):
+    build = os.path.join(tmp, "build")
+    os.makedirs(build)
+    fa_run = os.path.join(build, "fa_run")
+    write(fa_run, FAKE_FA_RUN % {"python": sys.executable})
+    os.chmod(fa_run, os.stat(fa_run).st_mode | stat.S_IXUSR)
+    out_dir = os.path.join(tmp, "bench_out")
+    readme = os.path.join(tmp, "BENCH_README.md")
+    write(readme, README_BEFORE + README_MIDDLE + README_AFTER)
+    common = ["--build-dir", build, "--compute-capability", "80", "--seqs", "128,256", "--no-reference",
+              "--out-dir", out_dir, "--plots-dir", os.path.join(tmp, "bench_plots"), "--readme", readme]
+
+    rc, out = run([sys.executable, BENCH, "--dry-run"] + common)
+    check(rc == 0 and "dry run" in out and out.count("fa_run --stage") == 4,
+          "bench.py --dry-run prints one fa_run command per (dtype, head_dim) and exits 0")
+    check("--stage 01_fake --dtype bf16" in out and "--stage 01_fake,02_fake --dtype fp16" in out,
+          "a stage is run only at the dtypes it declares")
+    check(not os.path.exists(out_dir), "--dry-run writes nothing")
+
+    rc, out = run([sys.executable, BENCH] + common)
+    sys.stdout.write(out)
+    check(rc == 0, "bench.py with a fake fa_run exits 0")
+    check("skipping 03_fake_hopper: built for sm_90a" in out and "this GPU is 8.0" in out,
+          "an sm_90a stage is skipped on compute capability 8.0, with a message")
+    progress = [line for line in out.splitlines() if line.startswith("[") and " left]" in line]
+    check(len(progress) == 12, "one progress line per result (%d of 12)" % len(progress))
+    check(progress and progress[-1].startswith("[12/12") and "~0s left" in progress[-1],
+          "the last progress line counts 12/12 with nothing left")
+    latest = os.path.join(out_dir, "latest.csv")
+    header = ""
+    if os.path.exists(latest):
+        header = [line for line in read(latest).splitlines() if not line.startswith("#")][0]
+    check("pct_of_fa2,pct_of_cudnn" in header, "the CSV has pct_of_fa2 and pct_of_cudnn")
+    check("skipped=03_fake_hopper" in (read(latest) if os.path.exists(latest) else ""), "the CSV says what was skipped")
+    text = read(readme)
+    check("results_fake-gpu_" in text and "| [01_fake]" not in text and "`02_fake` (not a stage of this tree)" in text,
+          "bench.py rewrote the README's results from its CSV")
+
+
+def test_help():
+    for cmd in (["bash", os.path.join(REPO, "scripts", "run_all.sh"), "--help"],
+                [sys.executable, BENCH, "--help"], [sys.executable, PLOT, "--help"],
+                [sys.executable, os.path.join(TOOLS, "torch_reference.py"), "--help"]):
+        rc, out = run(cmd)
+        name = os.path.basename(cmd[1])
+        check(rc == 0 and "--" in out and "usage" in out.lower(), "%s --help lists its options" % name)
 
 
 def main():
@@ -69,48 +338,12 @@ def main():
     except ImportError:
         print("SKIPPED: matplotlib is not installed (python3 -m pip install matplotlib)")
         return 77
-
     with tempfile.TemporaryDirectory(prefix="test_plots_") as tmp:
-        csv_path = os.path.join(tmp, "results_fake.csv")
-        with open(csv_path, "w") as f:
-            f.write(FAKE_CSV)
-        readme = os.path.join(tmp, "README.md")
-        with open(readme, "w") as f:
-            f.write(README_BEFORE + README_PLACEHOLDER + README_AFTER)
-        out_dir = os.path.join(tmp, "plots")
-
-        check(run_plot([csv_path, "--out-dir", out_dir, "--readme", readme]) == 0, "plot.py exits 0")
-        check_png(os.path.join(out_dir, "fp16_d128_hist.png"))
-        check_png(os.path.join(out_dir, "fp16_d128_tflops.png"))
-
-        with open(readme) as f:
-            text = f.read()
-        check(text.startswith(README_BEFORE), "README text above the begin marker is unchanged")
-        check(text.endswith(README_AFTER), "README text from the end marker on is unchanged")
-        section = text[len(README_BEFORE): len(text) - len(README_AFTER)] if len(text) > len(README_BEFORE + README_AFTER) else ""
-        check(README_PLACEHOLDER.strip() not in section, "the placeholder between the markers was replaced")
-        check("0.500 / " in section, "the table holds a time from the CSV (FA2 at S=256: 0.500 ms)")
-        check("25.0%" in section and "50.0%" in section, "the table holds % of FA2 from the CSV")
-        check("FAKE GPU" in section and "0000000" in section, "the table names the GPU and git revision of the CSV")
-        check("**FAIL** (no time)" in section, "a stage that failed its check is shown without a time")
-        check("results_fake.csv" in section, "the table says which CSV it came from")
-
-        # Without a FA2 time there is no % of FA2: the plots fall back to TFLOP/s instead of failing.
-        no_fa2 = os.path.join(tmp, "no_fa2.csv")
-        with open(no_fa2, "w") as f:
-            f.write("".join(line + "\n" for line in FAKE_CSV.splitlines() if not line.startswith("fa2,")))
-        out2 = os.path.join(tmp, "plots_no_fa2")
-        check(run_plot([no_fa2, "--out-dir", out2]) == 0, "plot.py exits 0 without an FA2 reference")
-        check_png(os.path.join(out2, "fp16_d128_hist.png"))
-
-        # A README without the markers is an error, and stays untouched.
-        plain = os.path.join(tmp, "PLAIN.md")
-        with open(plain, "w") as f:
-            f.write("no markers here\n")
-        check(run_plot([csv_path, "--out-dir", out_dir, "--readme", plain]) != 0, "a README without markers is refused")
-        with open(plain) as f:
-            check(f.read() == "no markers here\n", "a README without markers is left as it was")
-
+        test_synthetic_render_and_readme(tmp)
+        test_committed_csv(tmp)
+        test_sentences_and_columns()
+        test_bench(tmp)
+        test_help()
     print("%d passed, %d failed" % (len(passes), len(failures)))
     return 1 if failures else 0
 

@@ -1,23 +1,39 @@
 # The tests of the Python tooling that reads the build and the stage declarations: the structural
-# SASS test (tools/check_sass.py) and the freshness of the generated docs (tools/gen_docs.py).
-# Included from tests/CMakeLists.txt.
+# SASS test (tests/check_sass.py), the freshness of the generated docs (tools/gen_docs.py) and the
+# docs' coverage of every stage (tests/test_docs_coverage.py). Included from tests/CMakeLists.txt.
 
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
+  # Every stage's declared SASS signature (stages/*/stage.json), on every architecture built.
   set(sass_args "")
   foreach(stage IN LISTS FA_STAGES)
     list(APPEND sass_args "--stage" "${stage}=$<TARGET_FILE:stage_${stage}>")
   endforeach()
   add_test(NAME test_sass_structure
-    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_sass.py
-            --source-dir ${PROJECT_SOURCE_DIR} ${sass_args})
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_sass.py ${sass_args})
   set_tests_properties(test_sass_structure PROPERTIES LABELS "cpu;sass" SKIP_RETURN_CODE 77)
-  # The generated parts of docs/ (stage diffs, results tables from the committed CSV) must match
-  # the tree: a stage edit without `python3 tools/gen_docs.py` fails here.
-  add_test(NAME docs_generated_sections_fresh
-    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/gen_docs.py --check)
-  set_tests_properties(docs_generated_sections_fresh PROPERTIES LABELS "cpu;docs")
-else()
-  message(WARNING "python3 not found: the SASS and docs tests (tests/check_sass.py, tools/gen_docs.py) are not registered")
-endif()
 
+  # The generated parts of docs/ that need no build (each stage's diff against its parent, the
+  # results tables and whether the measured source changed since the CSV's revision, the
+  # performance log's headline) must match the tree: a stage edit without
+  # `python3 tools/gen_docs.py` fails here.
+  add_test(NAME docs_generated_sections_fresh
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/gen_docs.py --check
+            --sections diff,results,headline)
+  set_tests_properties(docs_generated_sections_fresh PROPERTIES LABELS "cpu;docs")
+
+  # The SASS tables of docs/stages, regenerated from this build's stage libraries. Skipped (77)
+  # without cuobjdump/nvdisasm, or when this build's CUDA compiler is not the one the pages record.
+  add_test(NAME docs_sass_sections_fresh
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/gen_docs.py --check --sections sass
+            --build-dir ${PROJECT_BINARY_DIR})
+  set_tests_properties(docs_sass_sections_fresh PROPERTIES LABELS "cpu;docs;sass" SKIP_RETURN_CODE 77)
+
+  # Every stage has its page, its row in the README's stage table and its place in docs/algorithm.md.
+  add_test(NAME docs_cover_every_stage
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_docs_coverage.py)
+  set_tests_properties(docs_cover_every_stage PROPERTIES LABELS "cpu;docs")
+else()
+  message(WARNING "python3 not found: the SASS and docs tests (tests/check_sass.py, tools/gen_docs.py, "
+                  "tests/test_docs_coverage.py) are not registered")
+endif()

@@ -1,84 +1,82 @@
 #!/usr/bin/env python3
-"""Regenerates the generated sections of the docs from the source tree and the benchmark CSV.
+"""Regenerates the generated sections of the docs from the source tree, the build and the benchmark CSV.
 
-    python3 tools/gen_docs.py [--csv PATH] [--check]
+    python3 tools/gen_docs.py [--build-dir build] [--csv PATH] [--sections diff,results,sass,headline] [--check]
 
-Sections (everything between the markers is replaced; the rest of each page is hand-written):
+The stages are those of tools/stages.py (stages/*/stage.json); each page compares a stage with its
+declared parent. Sections (everything between the markers is replaced; the rest of each page is
+hand-written):
 
   docs/stages/NN_name.md
-    <!-- diff:begin --> ... <!-- diff:end -->
-        the unified diff of stages/NN_name/ against the previous stage's folder (difflib, paths
-        relative to the repository), in a ```diff fence; for the first stage, its file list
-    <!-- results:begin --> ... <!-- results:end -->
-        from the benchmark CSV: for this stage and the previous one, per (dtype, head_dim, batch,
-        heads) and sequence length, median ms, TFLOP/s, % of FA2 and the change in time against the
-        previous stage, plus where the numbers come from (GPU, date, git revision, CSV path).
-        A page whose prose discusses one particular run pins its tables to that run's CSV with a
-        line '<!-- results-csv: plots/results/<file>.csv -->' (outside the markers); otherwise
-        the tables come from --csv
-    <!-- sass:begin --> ... <!-- sass:end -->
-        static SASS counts of this stage's and the previous stage's main loop (fp16, head_dim 128,
-        sm_90) and their registers, parsed from docs/evidence/sass_sm90_fp16_d128.txt (written by
-        tools/sass_counts.py)
+    <!-- diff:begin --> ... <!-- diff:end -->                                      (section "diff")
+        the unified diff of stages/<parent>/ -> stages/NN_name/ (difflib, paths relative to the
+        repository) in a ```diff fence; for the first stage of a track (no parent), its file list
+    <!-- results:begin --> ... <!-- results:end -->                                (section "results")
+        from the benchmark CSV, for this stage and its parent: per configuration and sequence
+        length, median ms, TFLOP/s, % of FA2 and the change in time against the parent; where the
+        numbers come from (GPU, date, git revision, CSV); and whether stages/<stage>/,
+        stages/<parent>/ or common/ changed since the CSV's git revision (git diff against the
+        working tree; said so plainly when git or the revision is not available). A page whose
+        prose discusses one particular run pins its tables to that run's CSV with a line
+        '<!-- results-csv: plots/results/<file>.csv -->' (outside the markers); otherwise the
+        tables come from --csv
+    <!-- sass:begin --> ... <!-- sass:end -->                                      (section "sass")
+        static SASS counts of the main K/V loop of this stage's and its parent's fp16, head_dim 128
+        kernel (sm_90 code; sm_90a for sm_90a stages), with registers and spills, disassembled from
+        the stage libraries of --build-dir (tools/sass.py). The section records the CUDA compiler
+        version it came from (<!-- sass-build: ... -->)
   docs/performance_log.md
-    <!-- headline:begin --> ... <!-- headline:end -->
-        every stage and reference from the CSV: TFLOP/s and % of FA2 per sequence length
+    <!-- headline:begin --> ... <!-- headline:end -->                             (section "headline")
+        every stage and reference from the CSV: TFLOP/s and % of FA2 per sequence length, and which
+        stage folders changed since the CSV's revision
 
-The CSV is what tools/bench.py writes (default plots/results/latest.csv): '# key=value' header
-lines, then the columns impl,kind,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,
-pct_of_fa2,max_abs_err,rel_l2_err,status. Without a CSV the results sections say so.
+The CSV is what tools/bench.py writes (default plots/results/latest.csv), read with
+tools/results_csv.py. Without a CSV the results sections say so.
 
---check writes nothing and exits 1 if any generated section differs from what the tree and the
-CSV give now (or a stage has no page, or a page lacks its markers); 0 if all are up to date.
-Standard library only (Python 3.8+).
+Without cuobjdump/nvdisasm, or without the stage libraries (or their sm_90 code) in --build-dir,
+the SASS sections cannot be regenerated: writing leaves them as they are and says so; --check
+reports them as not checked. A build by another CUDA compiler version than the one a page's SASS
+section records is not compared either (its code differs for reasons no page
+discusses): regenerate with that build to adopt it.
+
+--check writes nothing. Exit status: 0 if every requested section is up to date; 1 if any differs
+from what the tree, the build and the CSV give now (or a stage has no page, a page lacks its
+markers, a pinned CSV is missing); 77 if nothing is stale but a requested SASS section could not
+be checked (CTest reports 77 as skipped). Standard library only.
 """
 
 import argparse
-import csv
 import difflib
+import glob
 import os
 import re
+import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "plots"))
-from results_csv import number, read_results_csv  # noqa: E402  (plots/results_csv.py)
-STAGES_DIR = os.path.join(REPO, "stages")
+import sass
+import stages as stage_declarations
+from cli_util import REPO, shown_path
+from results_csv import fmt_ms, reference_label
+from results_tables import ResultsError, load_results, make_groups, seq_label
+
 STAGE_DOCS = os.path.join(REPO, "docs", "stages")
 PERF_LOG = os.path.join(REPO, "docs", "performance_log.md")
 DEFAULT_CSV = os.path.join(REPO, "plots", "results", "latest.csv")
-SASS_EVIDENCE = os.path.join(REPO, "docs", "evidence", "sass_sm90_fp16_d128.txt")
+DEFAULT_BUILD = os.path.join(REPO, "build")
+SECTIONS = ("diff", "results", "sass", "headline")
+SKIP = 77
+NO_RESULTS = "No benchmark results committed yet; run `bash scripts/run_all.sh`."
 SASS_COLUMNS = ["HMMA", "LDSM", "LDSM.T", "LDGSTS", "LDG", "STS", "MUFU.EX2", "FMUL", "FFMA", "FADD", "FMNMX",
                 "SHFL", "BAR.SYNC", "LDL", "STL", "total"]
-NO_RESULTS = "No benchmark results committed yet; run `bash scripts/run_all.sh`."
-REFERENCE_LABELS = {"fa2": "FA2 (PyTorch flash backend)", "cudnn": "cuDNN (PyTorch cudnn backend)"}
+SASS_DTYPE, SASS_HEAD_DIM = "fp16", 128
+SASS_BUILD = re.compile(r"<!-- sass-build: (.*?) -->")
+PINNED_CSV = re.compile(r"<!-- results-csv: (\S+) -->")
+# The one line of a results or headline section that says whether the source changed since the run.
+FRESHNESS_LINE = re.compile(r"^Measured at git .*$", re.M)
 
 
 class DocError(Exception):
     pass
-
-
-def rel(path):
-    path = os.path.abspath(path)
-    return os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path
-
-
-def stage_folders():
-    """Stage folder names (NN_name), in order."""
-    return sorted(d for d in os.listdir(STAGES_DIR)
-                  if re.match(r"^\d\d_", d) and os.path.isdir(os.path.join(STAGES_DIR, d)))
-
-
-def files_of(stage):
-    root = os.path.join(STAGES_DIR, stage)
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for f in sorted(filenames):
-            if f.startswith(".") or f.endswith((".pyc", "~")):
-                continue
-            out.append(os.path.relpath(os.path.join(dirpath, f), root))
-    return sorted(out)
 
 
 def read_lines(path):
@@ -93,130 +91,117 @@ def fenced(lang, text):
     return "%s%s\n%s\n%s" % (fence, lang, text, fence)
 
 
+def files_of(stage):
+    root = os.path.join(REPO, "stages", stage)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for f in sorted(filenames):
+            if f.startswith(".") or f.endswith((".pyc", "~")):
+                continue
+            out.append(os.path.relpath(os.path.join(dirpath, f), root))
+    return sorted(out)
+
+
 # ------------------------------------------------------------------------------------------------
 # The diff section
 
 
-def diff_section(stage, previous):
-    if previous is None:
-        lines = ["The first stage has no previous stage to diff against. Its files:", ""]
+def diff_section(stage, parent):
+    if parent is None:
+        lines = ["`%s` is the first stage of its track: no parent to diff against. Its files:" % stage, ""]
         for f in files_of(stage):
-            path = os.path.join(STAGES_DIR, stage, f)
+            path = os.path.join(REPO, "stages", stage, f)
             lines.append("- `stages/%s/%s` (%d lines)" % (stage, f, len(read_lines(path))))
         return "\n".join(lines)
-    out = []
-    changed = []
-    for f in sorted(set(files_of(previous)) | set(files_of(stage))):
-        old_path = os.path.join(STAGES_DIR, previous, f)
-        new_path = os.path.join(STAGES_DIR, stage, f)
+    out, changed = [], []
+    for f in sorted(set(files_of(parent)) | set(files_of(stage))):
+        old_path = os.path.join(REPO, "stages", parent, f)
+        new_path = os.path.join(REPO, "stages", stage, f)
         old = read_lines(old_path) if os.path.exists(old_path) else []
         new = read_lines(new_path) if os.path.exists(new_path) else []
-        old_name = "stages/%s/%s" % (previous, f) if os.path.exists(old_path) else "/dev/null"
+        old_name = "stages/%s/%s" % (parent, f) if os.path.exists(old_path) else "/dev/null"
         new_name = "stages/%s/%s" % (stage, f) if os.path.exists(new_path) else "/dev/null"
         d = list(difflib.unified_diff(old, new, old_name, new_name, n=3, lineterm=""))
         if d:
             changed.append(f)
             out += d
     if not out:
-        return "`stages/%s/` and `stages/%s/` are identical." % (previous, stage)
+        return "`stages/%s/` and its parent `stages/%s/` are identical." % (stage, parent)
     added = sum(1 for l in out if l.startswith("+") and not l.startswith("+++"))
     removed = sum(1 for l in out if l.startswith("-") and not l.startswith("---"))
-    head = "`diff -u stages/%s stages/%s` (%s; %d lines added, %d removed):" % (
-        previous, stage, ", ".join(changed), added, removed)
+    head = "`diff -u stages/%s stages/%s` (against its parent; %s; %d lines added, %d removed):" % (
+        parent, stage, ", ".join(changed), added, removed)
     return head + "\n\n" + fenced("diff", "\n".join(out))
 
 
 # ------------------------------------------------------------------------------------------------
-# The SASS evidence section
+# Did the measured code change since the CSV's revision?
 
 
-def load_sass(path):
-    """({stage: {column: count}} of the main loops, {stage: res-usage text}) or (None, None)."""
-    if not os.path.exists(path):
-        return None, None
-    loops, usage, header = {}, {}, None
-    for line in read_lines(path):
-        parts = line.split()
-        if line.startswith("stage / part"):
-            header = parts[3:]
-        elif header and len(parts) == len(header) + 2 and parts[1] == "loop":
-            loops[parts[0]] = dict(zip(header, parts[2:]))
-        elif len(parts) >= 2 and parts[1].startswith("REG:"):
-            usage[parts[0]] = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
-    return loops, usage
+def git(*args):
+    """git's stdout, or None if git is missing or fails."""
+    try:
+        done = subprocess.run(["git", "-C", REPO] + list(args), capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
 
 
-def sass_section(stage, previous, loops, usage):
-    evidence = rel(SASS_EVIDENCE)
-    if loops is None:
-        return "No SASS evidence file (`%s`); run `python3 tools/sass_counts.py --order > %s`." % (evidence, evidence)
-    shown = [s for s in (previous, stage) if s]
-    if stage not in loops:
-        return "`%s` has no counts for `%s`; regenerate it with `python3 tools/sass_counts.py --order`." % (
-            evidence, stage)
-    cols = [c for c in SASS_COLUMNS if any(c in loops.get(s, {}) for s in shown)]
-    lines = ["| main loop, static count | " + " | ".join(cols) + " | registers |",
-             "|---|" + "---:|" * (len(cols) + 1)]
-    for s in shown:
-        row = loops.get(s, {})
-        regs = usage.get(s, {}).get("REG", "?") if usage else "?"
-        lines.append("| `%s` | %s | %s |" % (s, " | ".join(row.get(c, "-") for c in cols), regs))
-    note = ("Static counts: instructions in the SASS of the fp16, head_dim 128 kernel for sm_90, in the "
-            "body of the main K/V loop (runs once per K/V block); `LDSM.T` counts the `.trans` ones "
-            "among `LDSM`; `total` is every instruction of the loop except NOPs; registers per thread from "
-            "`cuobjdump -res-usage`. Source: `%s` (`tools/sass_counts.py`)." % evidence)
-    return "\n".join(lines) + "\n\n" + note
+class Freshness:
+    """Which of some paths differ now (working tree) from the revision a CSV was measured at."""
+
+    def __init__(self, meta):
+        revision = (meta or {}).get("git", "").strip()
+        self.dirty = revision.endswith("-dirty")
+        self.revision = revision[:-len("-dirty")] if self.dirty else revision
+        self.unknown = None  # why it cannot be told, or None
+        self.cache = {}
+        if not self.revision or self.revision == "unknown":
+            self.unknown = "the CSV names no git revision"
+        elif git("rev-parse", "--git-dir") is None:
+            self.unknown = "this copy of the project has no git history"
+        elif git("rev-parse", "--verify", "--quiet", self.revision + "^{commit}") is None:
+            self.unknown = "revision %s is not in this clone" % self.revision
+
+    def changed(self, path):
+        """True if `path` (relative to the repository) differs from the measured revision, tracked
+        or untracked."""
+        if path not in self.cache:
+            tracked = git("diff", "--name-only", self.revision, "--", path)
+            untracked = git("ls-files", "--others", "--exclude-standard", "--", path)
+            self.cache[path] = bool((tracked or "").strip() or (untracked or "").strip())
+        return self.cache[path]
+
+    def line(self, folders):
+        """The one FRESHNESS_LINE paragraph for these folders (e.g. ['stages/09_two_mtiles/', 'common/'])."""
+        named = ", ".join("`%s`" % f for f in folders)
+        revision = self.revision or "unknown"
+        if self.unknown:
+            return ("Measured at git %s; whether %s changed since cannot be told here (%s)."
+                    % (revision, named, self.unknown))
+        dirty = (" The run's tree also had uncommitted changes, which git cannot show." if self.dirty else "")
+        changed = [f for f in folders if self.changed(f)]
+        if not changed:
+            return "Measured at git %s; %s are unchanged since.%s" % (revision, named, dirty)
+        return ("Measured at git %s. **The source changed since that run:** %s differ%s from it "
+                "(`git diff %s -- %s`), so these numbers are of the code as it was then.%s"
+                % (revision, ", ".join("`%s`" % f for f in changed), "s" if len(changed) == 1 else "",
+                   revision, " ".join(f.rstrip("/") for f in changed), dirty))
 
 
 # ------------------------------------------------------------------------------------------------
-# The benchmark CSV
+# The results sections
 
 
-def load_csv(path):
-    """(meta dict, rows) or (None, None) if the file does not exist."""
-    if not os.path.exists(path):
-        return None, None
-    meta, rows = read_results_csv(path)
-    need = {"impl", "dtype", "head_dim", "batch", "heads", "seq_q", "seq_kv", "median_ms", "tflops", "status"}
-    if rows and not need <= set(rows[0]):
-        raise DocError("%s lacks the columns %s" % (rel(path), ", ".join(sorted(need - set(rows[0])))))
-    return meta, rows
-
-
-def group_key(row):
-    return (row["dtype"], int(row["head_dim"]), int(row["batch"]), int(row["heads"]))
-
-
-def group_order(key):
-    dtype, head_dim, batch, heads = key
-    # The headline first: fp16, head_dim 128; then the others.
-    return (dtype != "fp16", dtype, -head_dim, -batch, -heads)
-
-
-def group_title(key):
-    dtype, head_dim, batch, heads = key
-    return "%s, head_dim %d, batch %d, heads %d" % (dtype, head_dim, batch, heads)
-
-
-def index_rows(rows):
-    """{group: {(impl, seq_q, seq_kv): row}} keeping the first row of each key."""
-    out = {}
-    for r in rows:
-        try:
-            g = group_key(r)
-            cell = (r["impl"], int(r["seq_q"]), int(r["seq_kv"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-        out.setdefault(g, {}).setdefault(cell, r)
-    return out
-
-
-def seq_label(sq, skv):
-    return "%d" % sq if sq == skv else "%d/%d" % (sq, skv)
-
-
-def passed(row):
-    return row is not None and row.get("status") == "PASS" and number(row.get("median_ms")) is not None
+def source_line(meta, csv_path):
+    parts = ["GPU %s" % meta.get("gpu", "unknown")]
+    for key, label in (("driver", "driver"), ("cuda", "CUDA"), ("torch", "PyTorch")):
+        if meta.get(key):
+            parts.append("%s %s" % (label, meta[key]))
+    parts.append("date %s" % meta.get("date", "unknown"))
+    parts.append("git %s" % meta.get("git", "unknown"))
+    return "Source: `%s` (%s)." % (shown_path(csv_path), "; ".join(parts))
 
 
 def status_word(row):
@@ -228,198 +213,342 @@ def status_word(row):
     return status.split(":")[0] or "-"
 
 
-def fmt_ms(v):
-    return "%.3f" % v if v < 10 else ("%.2f" % v if v < 100 else "%.1f" % v)
+def cell(row, field, fmt):
+    if row is None or row[field] is None:
+        return status_word(row) if row is None or row["ms"] is None else "-"
+    return fmt(row[field])
 
 
-def source_line(meta, csv_path):
-    parts = ["GPU %s" % meta.get("gpu", "unknown")]
-    for key, label in (("driver", "driver"), ("cuda", "CUDA"), ("torch", "PyTorch")):
-        if meta.get(key):
-            parts.append("%s %s" % (label, meta[key]))
-    parts.append("date %s" % meta.get("date", "unknown"))
-    parts.append("git %s" % meta.get("git", "unknown"))
-    return "Source: `%s` (%s)." % (rel(csv_path), "; ".join(parts))
-
-
-def results_section(stage, previous, meta, rows, csv_path):
-    if rows is None:
+def results_section(stage, parent, results, csv_path, freshness):
+    if results is None:
         return NO_RESULTS
-    groups = index_rows(rows)
+    meta, groups = results
     blocks = []
-    for g in sorted(groups, key=group_order):
-        cells = groups[g]
-        seqs = sorted({(sq, skv) for (impl, sq, skv) in cells if impl == stage})
+    for g in groups:
+        seqs = [s for s in g.seqs if g.get(stage, s) is not None]
         if not seqs:
             continue
-        lines = ["**%s**" % group_title(g), ""]
-        if previous:
+        lines = ["**%s**" % g.title(), ""]
+        if parent:
             lines.append("| S | %s ms | %s ms | time vs %s | %s TFLOP/s | %s TFLOP/s | %s %% of FA2 | %s %% of FA2 |"
-                         % (previous, stage, previous[:2], previous, stage, previous, stage))
+                         % (parent, stage, parent[:2], parent, stage, parent, stage))
             lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
         else:
             lines.append("| S | %s ms | %s TFLOP/s | %s %% of FA2 |" % (stage, stage, stage))
             lines.append("|---:|---:|---:|---:|")
-        for sq, skv in seqs:
-            this = cells.get((stage, sq, skv))
-            prev = cells.get((previous, sq, skv)) if previous else None
-
-            def col(row, field, fmt):
-                if not passed(row):
-                    return status_word(row)
-                v = number(row.get(field))
-                return fmt(v) if v is not None else "-"
-
-            ms = lambda r: col(r, "median_ms", fmt_ms)
-            tf = lambda r: col(r, "tflops", lambda v: "%.1f" % v)
-            pct = lambda r: col(r, "pct_of_fa2", lambda v: "%.1f" % v)
-            if previous:
+        for s in seqs:
+            this, prev = g.get(stage, s), g.get(parent, s) if parent else None
+            ms = lambda r: cell(r, "ms", fmt_ms)
+            tf = lambda r: cell(r, "tf", lambda v: "%.1f" % v)
+            pct = lambda r: cell(r, "pct", lambda v: "%.1f" % v)
+            if parent:
                 change = "-"
-                if passed(this) and passed(prev):
-                    change = "%+.1f%%" % (100.0 * (number(this["median_ms"]) / number(prev["median_ms"]) - 1.0))
+                if this["ms"] is not None and prev is not None and prev["ms"] is not None:
+                    change = "%+.1f%%" % (100.0 * (this["ms"] / prev["ms"] - 1.0))
                 lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                    seq_label(sq, skv), ms(prev), ms(this), change, tf(prev), tf(this), pct(prev), pct(this)))
+                    seq_label(s), ms(prev), ms(this), change, tf(prev), tf(this), pct(prev), pct(this)))
             else:
-                lines.append("| %s | %s | %s | %s |" % (seq_label(sq, skv), ms(this), tf(this), pct(this)))
+                lines.append("| %s | %s | %s | %s |" % (seq_label(s), ms(this), tf(this), pct(this)))
         blocks.append("\n".join(lines))
     if not blocks:
-        return "The benchmark CSV `%s` has no rows for `%s`; run `bash scripts/run_all.sh`." % (rel(csv_path), stage)
+        return "The benchmark CSV `%s` has no rows for `%s`; run `bash scripts/run_all.sh`." % (
+            shown_path(csv_path), stage)
     legend = ("Median of the timed launches; TFLOP/s = 4 * batch * heads * seq_q * seq_kv * head_dim / median; "
               "% of FA2 = FA2's median / this median (same run, same GPU)")
-    if previous:
-        legend += "; time vs %s = this median / its median - 1 (negative = faster)" % previous[:2]
+    if parent:
+        legend += "; time vs %s = this median / its median - 1 (negative = faster)" % parent[:2]
     legend += ". A cell that is not a number is the status of a result that did not pass its check or did not run."
-    return "\n\n".join(blocks + [legend, source_line(meta, csv_path)])
+    folders = ["stages/%s/" % s for s in (stage, parent) if s] + ["common/"]
+    return "\n\n".join(blocks + [legend, source_line(meta, csv_path), freshness.line(folders)])
 
 
-def headline_section(stages, meta, rows, csv_path):
-    if rows is None:
+def headline_section(stage_names, results, csv_path, freshness):
+    if results is None:
         return NO_RESULTS
-    groups = index_rows(rows)
+    meta, groups = results
     blocks = []
-    for g in sorted(groups, key=group_order):
-        cells = groups[g]
-        seqs = sorted({(sq, skv) for (_, sq, skv) in cells})
-        impls = [s for s in stages if any(k[0] == s for k in cells)]
-        impls += sorted({k[0] for k in cells} - set(stages) - set(REFERENCE_LABELS))
-        impls += [r for r in REFERENCE_LABELS if any(k[0] == r for k in cells)]
-        lines = ["**%s**: TFLOP/s (%% of FA2)" % group_title(g), "",
-                 "| | " + " | ".join("S=%s" % seq_label(*s) for s in seqs) + " |",
-                 "|---|" + "---:|" * len(seqs)]
+    for g in groups:
+        impls = [s for s in stage_names if s in g.stages]
+        impls += [s for s in g.stages if s not in stage_names] + g.references
+        lines = ["**%s**: TFLOP/s (%% of FA2)" % g.title(), "",
+                 "| | " + " | ".join("S=%s" % seq_label(s) for s in g.seqs) + " |",
+                 "|---|" + "---:|" * len(g.seqs)]
         for impl in impls:
             out = []
-            for sq, skv in seqs:
-                r = cells.get((impl, sq, skv))
-                if not passed(r):
+            for s in g.seqs:
+                r = g.get(impl, s)
+                if r is None or r["ms"] is None:
                     out.append(status_word(r))
                     continue
-                tf, pct = number(r.get("tflops")), number(r.get("pct_of_fa2"))
-                text = "%.1f" % tf if tf is not None else "-"
-                if pct is not None and impl != "fa2":
-                    text += " (%.1f%%)" % pct
+                text = "%.1f" % r["tf"] if r["tf"] is not None else "-"
+                if r["pct"] is not None and impl != "fa2":
+                    text += " (%.1f%%)" % r["pct"]
                 out.append(text)
-            lines.append("| %s | %s |" % (REFERENCE_LABELS.get(impl, impl), " | ".join(out)))
+            lines.append("| %s | %s |" % (reference_label(impl), " | ".join(out)))
         blocks.append("\n".join(lines))
     if not blocks:
-        return "The benchmark CSV `%s` has no rows; run `bash scripts/run_all.sh`." % rel(csv_path)
-    return "\n\n".join(blocks + [source_line(meta, csv_path)])
+        return "The benchmark CSV `%s` has no rows; run `bash scripts/run_all.sh`." % shown_path(csv_path)
+    measured = [s for s in stage_names if any(s in g.stages for g in groups)]
+    folders = ["stages/%s/" % s for s in measured] + ["common/"]
+    return "\n\n".join(blocks + [source_line(meta, csv_path), freshness.line(folders)])
+
+
+def read_results(path):
+    """(meta, groups) of a CSV, or None if the file does not exist."""
+    if not os.path.exists(path):
+        return None
+    try:
+        meta, rows = load_results(path)
+    except ResultsError as e:
+        raise DocError(str(e))
+    return meta, make_groups(rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# The SASS sections, from the build
+
+
+def build_facts(build_dir):
+    """'nvcc 13.0.88': the CUDA compiler of a configured CMake build folder, or None."""
+    for path in sorted(glob.glob(os.path.join(build_dir, "CMakeFiles", "*", "CMakeCUDACompiler.cmake"))):
+        with open(path, encoding="utf-8") as f:
+            m = re.search(r'set\(CMAKE_CUDA_COMPILER_VERSION "([^"]+)"\)', f.read())
+        if m:
+            return "nvcc %s" % m.group(1)
+    return None
+
+
+class BuildSass:
+    """The main-loop counts of each stage's fp16, head_dim 128 kernel in one build, or why not."""
+
+    def __init__(self, build_dir):
+        self.build_dir = build_dir
+        self.tools = sass.find_tools()
+        self.facts = build_facts(build_dir)
+        self.cache = {}
+        self.why_not = None  # why no SASS section can be made from this build
+        if self.tools is None:
+            self.why_not = sass.missing_tools_message()
+        elif self.facts is None:
+            self.why_not = "%s is not a configured CMake build" % shown_path(build_dir)
+
+    @staticmethod
+    def arch_of(stage):
+        return "sm_90a" if stage.target == "sm_90a" else "sm_90"
+
+    def row(self, stage):
+        """(counts of the main loop, registers, kernel LDL, kernel STL), or a string saying why not."""
+        if stage.name not in self.cache:
+            library = sass.library_of(self.build_dir, stage.name)
+            arch = self.arch_of(stage)
+            if not library.is_file():
+                self.cache[stage.name] = "%s does not exist (build it first)" % shown_path(str(library))
+            else:
+                kernel = sass.find_kernel(sass.disassemble(library, self.tools), arch, SASS_DTYPE, SASS_HEAD_DIM)
+                if kernel is None:
+                    self.cache[stage.name] = "%s has no %s %s head_dim %d kernel" % (
+                        shown_path(str(library)), arch, SASS_DTYPE, SASS_HEAD_DIM)
+                else:
+                    usage = sass.resource_usage(library, self.tools).get((arch, kernel.name), {})
+                    self.cache[stage.name] = (sass.table_counts(sass.main_loop(kernel.instructions)),
+                                              usage.get("REG", "?"), kernel.count("LDL"), kernel.count("STL"))
+        return self.cache[stage.name]
+
+
+def sass_section(stage, parent, build):
+    """The section's text, or (None, why) when this build cannot give it."""
+    if build.why_not:
+        return None, build.why_not
+    shown = [s for s in (parent, stage) if s]
+    rows = {}
+    for s in shown:
+        rows[s.name] = build.row(s)
+        if isinstance(rows[s.name], str):
+            return None, rows[s.name]
+    cols = [c for c in SASS_COLUMNS if any(rows[s.name][0][c] for s in shown)]
+    lines = ["<!-- sass-build: %s -->" % build.facts,
+             "| main loop, static count | " + " | ".join(cols) + " | registers | kernel LDL/STL |",
+             "|---|" + "---:|" * (len(cols) + 2)]
+    for s in shown:
+        counts, registers, ldl, stl = rows[s.name]
+        label = "`%s`%s" % (s.name, " (parent)" if s is parent else "")
+        lines.append("| %s | %s | %s | %d/%d |" % (label, " | ".join(str(counts[c]) for c in cols), registers, ldl, stl))
+    archs = sorted({build.arch_of(s) for s in shown})
+    note = ("Static counts: instructions in the SASS of the %s, head_dim %d kernel for %s, in the body of "
+            "the main K/V loop (runs once per K/V block; the longest backward branch that contains an HMMA); "
+            "`LDSM.T` counts the `.trans` ones among `LDSM`; `total` is every instruction of the loop except "
+            "NOPs; registers per thread from `cuobjdump -res-usage`; kernel LDL/STL are the spill "
+            "instructions of the whole kernel. Generated by `tools/gen_docs.py` from the stage libraries of "
+            "a build (%s); `python3 tools/sass_counts.py` prints the same counts for any architecture, "
+            "dtype and head_dim. Columns that are 0 in every row are left out."
+            % (SASS_DTYPE, SASS_HEAD_DIM, " and ".join(archs), build.facts))
+    return "\n".join(lines) + "\n\n" + note, None
 
 
 # ------------------------------------------------------------------------------------------------
 # Rewriting marked sections
 
 
-PINNED_CSV = re.compile(r"<!-- results-csv: (\S+) -->")
+def section_body(text, name):
+    begin, end = "<!-- %s:begin -->" % name, "<!-- %s:end -->" % name
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        return None
+    return text.split(begin, 1)[1].split(end, 1)[0]
 
 
 def replace_section(text, name, body, path):
     begin, end = "<!-- %s:begin -->" % name, "<!-- %s:end -->" % name
-    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        raise DocError("%s: needs exactly one '%s' followed by one '%s'" % (rel(path), begin, end))
+    if section_body(text, name) is None:
+        raise DocError("%s: needs exactly one '%s' followed by one '%s'" % (shown_path(path), begin, end))
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
     return head + begin + "\n" + body.rstrip("\n") + "\n" + end + tail
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--csv", default=DEFAULT_CSV, help="benchmark CSV (default plots/results/latest.csv)")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated section is stale")
-    args = p.parse_args(argv)
+def section_list(text):
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError("sections are %s; got %r" % (", ".join(SECTIONS), text))
+    return names
 
-    problems, updated, stale = [], [], []
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--csv", default=DEFAULT_CSV, help="benchmark CSV (default plots/results/latest.csv)")
+    p.add_argument("--build-dir", default=DEFAULT_BUILD,
+                   help="CMake build folder whose stage libraries the SASS sections come from (default build)")
+    p.add_argument("--sections", type=section_list, default=list(SECTIONS),
+                   help="which sections to regenerate or check (default all: %s)" % ",".join(SECTIONS))
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if a section is stale, 77 if only SASS sections could not be checked")
+    args = p.parse_args(argv)
+    wanted = set(args.sections)
+
+    problems, updated, stale, sass_skipped = [], [], [], []
+    unverified_freshness = []
     try:
-        meta, rows = load_csv(args.csv)
-    except (DocError, csv.Error, OSError) as e:
+        results = read_results(args.csv)
+    except (DocError, OSError) as e:
         print("gen_docs.py: %s" % e, file=sys.stderr)
         return 2
+    all_stages = stage_declarations.all_stages()
+    by_name = {s.name: s for s in all_stages}
+    build = BuildSass(args.build_dir) if "sass" in wanted else None
 
-    stages = stage_folders()
-    loops, usage = load_sass(SASS_EVIDENCE)
-    pages = []
-    pinned_csvs = {}  # path -> (meta, rows), each pinned CSV read once
-    for i, stage in enumerate(stages):
-        previous = stages[i - 1] if i > 0 else None
-        path = os.path.join(STAGE_DOCS, stage + ".md")
-        if not os.path.exists(path):
-            problems.append("%s: missing (every stage needs a page)" % rel(path))
+    pages = []           # (path, [(section, body or None)], freshness that could not be told)
+    pinned_results = {}  # path -> (results, Freshness), each pinned CSV read once
+    default_freshness = Freshness(results[0] if results else None)
+    for stage in all_stages:
+        parent = by_name.get(stage.parent) if stage.parent else None
+        if stage.parent and parent is None:
+            problems.append("stages/%s/stage.json: parent %s is not a stage" % (stage.name, stage.parent))
             continue
-        page_csv, page_meta, page_rows = args.csv, meta, rows
+        path = os.path.join(STAGE_DOCS, stage.name + ".md")
+        if not os.path.exists(path):
+            problems.append("%s: missing (every stage needs a page)" % shown_path(path))
+            continue
+        page_csv, page_results, freshness = args.csv, results, default_freshness
         with open(path, encoding="utf-8") as f:
-            pinned = PINNED_CSV.search(f.read())
-        if pinned:
+            text = f.read()
+        pinned = PINNED_CSV.search(text)
+        if pinned and "results" in wanted:
             page_csv = os.path.join(REPO, pinned.group(1))
             try:
-                if page_csv not in pinned_csvs:
-                    pinned_csvs[page_csv] = load_csv(page_csv)
-                page_meta, page_rows = pinned_csvs[page_csv]
-            except (DocError, csv.Error, OSError) as e:
-                problems.append("%s: %s" % (rel(path), e))
+                if page_csv not in pinned_results:
+                    pinned_csv_results = read_results(page_csv)
+                    pinned_results[page_csv] = (pinned_csv_results,
+                                                Freshness(pinned_csv_results[0] if pinned_csv_results else None))
+                page_results, freshness = pinned_results[page_csv]
+            except (DocError, OSError) as e:
+                problems.append("%s: %s" % (shown_path(path), e))
                 continue
-            if page_rows is None:
-                problems.append("%s: pinned CSV %s does not exist" % (rel(path), pinned.group(1)))
+            if page_results is None:
+                problems.append("%s: pinned CSV %s does not exist" % (shown_path(path), pinned.group(1)))
                 continue
-        sections = [("diff", diff_section(stage, previous)),
-                    ("results", results_section(stage, previous, page_meta, page_rows, page_csv)),
-                    ("sass", sass_section(stage, previous, loops, usage))]
-        pages.append((path, sections))
-    if os.path.exists(PERF_LOG):
-        pages.append((PERF_LOG, [("headline", headline_section(stages, meta, rows, args.csv))]))
-    else:
-        problems.append("%s: missing" % rel(PERF_LOG))
-    known = {s + ".md" for s in stages}
+        sections = []
+        if "diff" in wanted:
+            sections.append(("diff", diff_section(stage.name, stage.parent)))
+        if "results" in wanted:
+            sections.append(("results", results_section(stage.name, stage.parent, page_results, page_csv, freshness)))
+        if "sass" in wanted:
+            body, why_not = sass_section(stage, parent, build)
+            recorded = SASS_BUILD.search(section_body(text, "sass") or "")
+            if args.check and body is not None and recorded and recorded.group(1) != build.facts:
+                body, why_not = None, "the page's SASS is from %s, this build is %s" % (recorded.group(1), build.facts)
+            if body is None:
+                sass_skipped.append((os.path.basename(path), why_not))
+            sections.append(("sass", body))
+        pages.append((path, sections, freshness.unknown if "results" in wanted and page_results else None))
+    if "headline" in wanted:
+        if os.path.exists(PERF_LOG):
+            pages.append((PERF_LOG, [("headline", headline_section([s.name for s in all_stages], results, args.csv,
+                                                                   default_freshness))],
+                          default_freshness.unknown if results else None))
+        else:
+            problems.append("%s: missing" % shown_path(PERF_LOG))
+    known = {s.name + ".md" for s in all_stages}
     if os.path.isdir(STAGE_DOCS):
         for f in sorted(os.listdir(STAGE_DOCS)):
             if f.endswith(".md") and f not in known:
-                problems.append("%s: no stage folder stages/%s" % (rel(os.path.join(STAGE_DOCS, f)), f[:-3]))
+                problems.append("%s: no stages/%s/stage.json" % (shown_path(os.path.join(STAGE_DOCS, f)), f[:-3]))
 
-    for path, sections in pages:
+    for path, sections, freshness_unknown in pages:
         with open(path, encoding="utf-8") as f:
             old = f.read()
         new = old
         try:
             for name, body in sections:
+                if body is None:
+                    if section_body(new, name) is None:
+                        raise DocError("%s: needs one '<!-- %s:begin -->' and one '<!-- %s:end -->'"
+                                       % (shown_path(path), name, name))
+                    continue
                 new = replace_section(new, name, body, path)
         except DocError as e:
             problems.append(str(e))
             continue
-        if new != old:
-            if args.check:
-                stale.append(rel(path))
-            else:
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(new)
-                updated.append(rel(path))
+        if new == old:
+            continue
+        if args.check:
+            if freshness_unknown:
+                # Where git cannot tell, the page's own statement is kept; everything else must match.
+                unverified_freshness.append((os.path.basename(path), freshness_unknown))
+                if FRESHNESS_LINE.sub("", new) == FRESHNESS_LINE.sub("", old):
+                    continue
+            stale.append(shown_path(path))
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(new)
+            updated.append(shown_path(path))
 
     for msg in problems:
         print("gen_docs.py: %s" % msg, file=sys.stderr)
-    source = rel(args.csv) if rows is not None else "no CSV at %s" % rel(args.csv)
+    skipped_pages = {}  # why -> pages, so that one reason for every page is said once
+    for page, why in sass_skipped:
+        skipped_pages.setdefault(why, []).append(page)
+    for why, skipped in skipped_pages.items():
+        print("gen_docs.py: SASS section %s in %s: %s" % ("not checked" if args.check else "left as it is",
+                                                        ", ".join(skipped), why))
+    unverified_pages = {}
+    for page, why in unverified_freshness:
+        unverified_pages.setdefault(why, []).append(page)
+    for why, unverified in unverified_pages.items():
+        print("gen_docs.py: whether the measured source changed since the CSV's revision is not checked in %s: %s"
+              % (", ".join(unverified), why))
+    source = "%s; sections %s" % (shown_path(args.csv) if results else "no CSV at %s" % shown_path(args.csv),
+                                  ",".join(args.sections))
     if args.check:
         for path in stale:
-            print("gen_docs.py: stale generated section(s) in %s (run python3 tools/gen_docs.py)" % path,
+            print("gen_docs.py: stale generated section(s) in %s (run python3 tools/gen_docs.py%s)"
+                  % (path, " --build-dir %s" % shown_path(args.build_dir) if "sass" in wanted else ""),
                   file=sys.stderr)
         if stale or problems:
             return 1
+        if sass_skipped:
+            print("gen_docs.py: SKIP: %d SASS section(s) not checked; everything else checked is up to date (%s)"
+                  % (len(sass_skipped), source))
+            return SKIP
         print("gen_docs.py: all generated sections are up to date (%s)" % source)
         return 0
     print("gen_docs.py: %d page(s) updated, %d unchanged (%s)" % (len(updated), len(pages) - len(updated), source))

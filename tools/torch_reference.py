@@ -34,6 +34,8 @@ import re
 import sys
 import warnings
 
+from cli_util import int_list
+
 BACKENDS = ("fa2", "cudnn")
 COLUMNS = ["impl", "dtype", "head_dim", "batch", "heads", "seq_q", "seq_kv", "median_ms", "min_ms",
            "tflops", "max_abs_err", "rel_l2_err", "tolerance", "status"]
@@ -41,28 +43,26 @@ TOLERANCE_FACTOR = 2.0
 TOLERANCE_EPSILON = 1e-5
 
 
-def int_list(text):
-    values = [int(item) for item in text.split(",") if item.strip()]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of positive integers")
-    return values
-
-
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
-    p.add_argument("--head-dim", type=int, default=128)
+    p = argparse.ArgumentParser(prog="tools/torch_reference.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Example: python3 tools/torch_reference.py --dtype bf16 --head-dim 64 --seqs 1024 "
+                                       "--csv /tmp/refs.csv   (exit status 0 unless the options are bad: a backend "
+                                       "that fails or is unavailable is a row, not an error)")
+    p.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16", help="input dtype (default fp16)")
+    p.add_argument("--head-dim", type=int, default=128, help="head_dim (default 128)")
     p.add_argument("--seqs", type=int_list, default=int_list("1024,2048,4096,8192"),
                    help="query lengths; seq_kv = seq_q (default 1024,2048,4096,8192)")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of fa2,cudnn")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--check-rows", type=int, default=16, help="query rows checked per (batch, head)")
-    p.add_argument("--csv", required=True, help="where to write the rows")
+    p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    p.add_argument("--heads", type=int, default=32, help="heads (default 32)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed launches before timing (default 5)")
+    p.add_argument("--reps", type=int, default=20, help="timed launches, each between its own CUDA events (default 20)")
+    p.add_argument("--backends", default=",".join(BACKENDS),
+                   help="comma-separated subset of %s (default all)" % ",".join(BACKENDS))
+    p.add_argument("--seed", type=int, default=1, help="seed of the random inputs (default 1)")
+    p.add_argument("--check-rows", type=int, default=16,
+                   help="query rows checked against fp64 per (batch, head) (default 16)")
+    p.add_argument("--csv", required=True, help="where to write the rows (the runner's CSV format, above)")
     args = p.parse_args(argv)
     args.backends = [b for b in args.backends.split(",") if b]
     for b in args.backends:

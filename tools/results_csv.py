@@ -1,0 +1,125 @@
+"""The benchmark's results CSV: its columns, how to read it, and how its numbers are printed.
+
+One home for what tools/bench.py (writes it), tools/plot.py and tools/readme_results.py (the plots
+and the README's results) and tools/gen_docs.py (the tables in docs/) must agree on.
+
+    from results_csv import read_results_csv, number, fmt_ms, reference_label
+
+The file: '# key=value' header lines (GPU, driver, CUDA, git revision, ...), then a CSV header and
+one row per result. Files written by older versions of bench.py stay readable: a column they lack
+gets its default (DEFAULTS), a column this version does not know is kept as it is.
+Standard library only.
+"""
+
+import csv
+import math
+
+# The columns bench.py writes, in order. Every row read has all of them.
+COLUMNS = ["impl", "kind", "dtype", "head_dim", "batch", "heads", "seq_q", "seq_kv", "median_ms", "min_ms",
+           "tflops", "pct_of_fa2", "pct_of_cudnn", "max_abs_err", "rel_l2_err", "status"]
+
+# Columns of general attention (causal masking, grouped K/V heads) that no stage measures yet; rows
+# without them are non-causal with one K/V head per query head.
+SHAPE_COLUMNS = ["dtype", "head_dim", "batch", "heads", "kv_heads", "causal", "seq_q", "seq_kv"]
+
+# The references measured in the same run as the stages: impl name -> (long, short) label.
+REFERENCES = {"fa2": ("FlashAttention-2 (PyTorch flash backend)", "FA2"),
+              "cudnn": ("cuDNN (PyTorch cudnn backend)", "cuDNN")}
+
+# pct_of_<impl> = 100 * that reference's median / this row's median, same shape, same run.
+RATIO_COLUMNS = {"pct_of_fa2": "fa2", "pct_of_cudnn": "cudnn"}
+
+
+def reference_label(impl, short=False):
+    """'FlashAttention-2 (PyTorch flash backend)' / 'FA2' for fa2; the name itself for an unknown impl."""
+    labels = REFERENCES.get(impl)
+    return labels[1 if short else 0] if labels else impl
+
+
+def number(text):
+    """A CSV cell as a float, or None for an empty, non-numeric or NaN cell."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value else None
+
+
+def fmt_ms(ms):
+    """A time in milliseconds to 4 significant digits, without an exponent: 0.4480, 3.493, 13.54, 331.2, 1234."""
+    if ms <= 0:
+        return "%.4f" % ms
+    decimals = max(0, 3 - math.floor(math.log10(ms)))
+    return "%.*f" % (decimals, ms)
+
+
+def shape_key(row):
+    """What makes two rows the same problem (a stage and its references share it)."""
+    return tuple(str(row.get(c, "")) for c in SHAPE_COLUMNS)
+
+
+def passed(row):
+    """True for a row that passed its check and has a time."""
+    return row is not None and row.get("status") == "PASS" and number(row.get("median_ms")) is not None
+
+
+def fill_reference_ratios(rows):
+    """Sets every empty pct_of_<reference> cell that both times allow (a row that did not pass has none).
+    bench.py leaves them all empty and calls this; a CSV from before pct_of_cudnn existed gets it here."""
+    reference_ms = {}
+    for row in rows:
+        if row.get("impl") in REFERENCES and row.get("kind") == "reference" and passed(row):
+            reference_ms[(row["impl"], shape_key(row))] = number(row["median_ms"])
+    for row in rows:
+        for column, reference in RATIO_COLUMNS.items():
+            if row.get(column, "") != "":
+                continue
+            ms, ref = number(row.get("median_ms")) if passed(row) else None, reference_ms.get((reference, shape_key(row)))
+            row[column] = "%.2f" % (100.0 * ref / ms) if ms and ref else ""
+    return rows
+
+
+def normalize_row(row):
+    """A row as every reader expects it, whichever version of bench.py wrote it (in place)."""
+    for column in COLUMNS:
+        if row.get(column) is None:
+            row[column] = ""
+    row["status"] = " ".join(row["status"].split())
+    if not row["kind"]:
+        row["kind"] = "reference" if row["impl"] in REFERENCES else "stage"
+    if not row.get("kv_heads"):
+        row["kv_heads"] = row["heads"]
+    if not row.get("causal"):
+        row["causal"] = "0"
+    return row
+
+
+def read_results_csv(path):
+    """(meta: {key: value} from the '# key=value' lines (first one wins), rows: [dict of str]).
+
+    Every row has every column of COLUMNS and SHAPE_COLUMNS (normalize_row); pct_of_fa2 and
+    pct_of_cudnn are filled in where the file left them out (fill_reference_ratios)."""
+    meta, lines = {}, []
+    with open(path, newline="", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#"):
+                text = line[1:].strip()
+                if "=" in text:
+                    key, value = text.split("=", 1)
+                    meta.setdefault(key.strip(), value.strip())
+            elif line.strip():
+                lines.append(line)
+    rows = [normalize_row(dict(r)) for r in csv.DictReader(lines)]
+    return meta, fill_reference_ratios(rows)
+
+
+def write_results_csv(path, meta, rows):
+    """The file bench.py writes: '# key=value' lines (empty values left out), then COLUMNS."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        for key, value in meta:
+            if value == "":
+                continue
+            f.write("# %s=%s\n" % (key, " ".join(str(value).split())))
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
