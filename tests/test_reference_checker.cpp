@@ -627,3 +627,34 @@ TEST_CASE("checker: poison in a row it did not sample fails even when the inputs
   CHECK_FALSE(r.passed);
   CHECK_THAT(r.first_failure, Catch::Contains("outside the sampled rows"));
 }
+
+TEST_CASE("checker: a row is held to its head's largest relative plain-attention error", "[checker]") {
+  // Two hand-made rows of one head (two heads for the control). Row 0: scale 4, plain attention off
+  // by 2^-5 (relative 2^-7). Row 1: scale 1, plain attention exact. Row 1's own rule would give
+  // tol = f u + eps (the floor); with its head's relative error it is f 2^-7 + eps. An output error
+  // of 2^-8 on row 1 lies between the two: it passes when both rows share a head and fails when
+  // row 0 belongs to another head.
+  const fa::CheckOptions options;
+  const DType dtype = DType::kFloat16;
+  for (bool same_head : {true, false}) {
+    INFO((same_head ? "rows in one head" : "rows in two heads"));
+    fa::ReferenceRows reference;
+    reference.rows = {{0, 0, 0}, {0, same_head ? 0 : 1, 1}};
+    reference.ref.assign(2 * kDim, 0.0);
+    reference.baseline.assign(2 * kDim, 0.0f);
+    HostTensor o = make_host_tensor(1, 2, 2, kDim, dtype);
+    for (int64_t s = 0; s < 2; ++s)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t d = 0; d < kDim; ++d) o.set(0, s, h, d, 0.0f);
+    reference.ref[0] = 4.0;
+    reference.baseline[0] = 4.0f + 0x1p-5f;
+    o.set(0, 0, 0, 0, 4.0f);
+    reference.ref[kDim] = 1.0;
+    reference.baseline[kDim] = 1.0f;
+    o.set(0, 1, same_head ? 0 : 1, 0, 1.0f + 0x1p-8f);
+    const fa::CheckResult r = fa::check_against_reference(reference, o, options);
+    INFO(r.summary());
+    CHECK(r.passed == same_head);
+    if (!same_head) CHECK_THAT(r.first_failure, Catch::Contains("(b, s, h, d) = (0, 1, 1, 0)"));
+  }
+}

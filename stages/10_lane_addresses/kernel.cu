@@ -1,4 +1,4 @@
-// Stage 10: addresses that cost no registers, the first half of a register diet.
+// Stage 10: addresses that cost no registers -- the register diet that makes two m-tiles pay.
 //
 // Stage 9 gave each warp two m-tiles, which halves the shared -> register traffic per FLOP, but at
 // head_dim 128 a thread then needs more than its 255 registers and ptxas spills ~380 bytes: the
@@ -11,7 +11,8 @@
 //   * each tile copy is one running global pointer and one shared base per thread, and the K/V
 //     pointers advance by one block per iteration instead of being recomputed from the block index;
 //   * the K/V loop counter is an int.
-// Stage 11 does the second half (fragment registers).
+// What is left spills ~44 bytes (L1 hits). 128 threads at <= 255 registers let two blocks share an
+// SM (8 warps, as in stage 8, in two independent blocks).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
