@@ -4,7 +4,7 @@
 //
 // The kernels never see a whole row of scores: they walk the keys in blocks of Bc, keep a running
 // max m and running sum l, and rescale what they accumulated whenever m grows. This test runs that
-// algorithm exactly as the kernels order it (both the stage 1-6 form and the stage 7-8 exp2 form)
+// algorithm exactly as the kernels order it (both the stage 1-6 form and the stage 7+ exp2 form)
 // and shows it equals plain softmax for several block sizes, including the cases where the row
 // maximum sits in the first block (every later block is tiny against it) and in the last block
 // (everything accumulated so far must be rescaled at the very end).
@@ -26,7 +26,7 @@ constexpr int64_t kSeqKv = 256, kDim = 64, kSeqQ = 4;
 
 enum class SoftmaxForm {
   kScaleThenExp,  // stages 1-6: s *= scale; p = exp(s - m); l, O rescaled by exp(m_old - m_new)
-  kFusedExp2,     // stages 7-8: m on raw scores; p = exp2(s * scale*log2e - m * scale*log2e);
+  kFusedExp2,     // stages 7+: m on raw scores; p = exp2(s * scale*log2e - m * scale*log2e);
                   // per-lane partial row sums, added once at the end
   kNoRescale,     // a deliberately broken variant: forgets to rescale O and l when m grows
 };

@@ -19,7 +19,7 @@ if(Python3_Interpreter_FOUND)
   # `python3 tools/gen_docs.py` fails here.
   add_test(NAME docs_generated_sections_fresh
     COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/gen_docs.py --check
-            --sections diff,results,headline)
+            --sections diff,results,headline,ceilings)
   set_tests_properties(docs_generated_sections_fresh PROPERTIES LABELS "cpu;docs")
 
   # The SASS tables of docs/stages, regenerated from this build's stage libraries. Skipped (77)

@@ -63,7 +63,8 @@ STAGE_DOCS = os.path.join(REPO, "docs", "stages")
 PERF_LOG = os.path.join(REPO, "docs", "performance_log.md")
 DEFAULT_CSV = os.path.join(REPO, "plots", "results", "latest.csv")
 DEFAULT_BUILD = os.path.join(REPO, "build")
-SECTIONS = ("diff", "results", "sass", "headline")
+CEILINGS_PAGE = os.path.join(REPO, "docs", "ceilings.md")
+SECTIONS = ("diff", "results", "sass", "headline", "ceilings")
 SKIP = 77
 NO_RESULTS = "No benchmark results committed yet; run `bash scripts/run_all.sh`."
 SASS_COLUMNS = ["HMMA", "LDSM", "LDSM.T", "LDGSTS", "LDG", "STS", "MUFU.EX2", "FMUL", "FFMA", "FADD", "FMNMX",
@@ -480,6 +481,10 @@ def main(argv=None):
                 sass_skipped.append((os.path.basename(path), why_not))
             sections.append(("sass", body))
         pages.append((path, sections, freshness.unknown if "results" in wanted and page_results else None))
+    if "ceilings" in wanted:
+        # docs/ceilings.md's table, from the committed microbenchmark CSV (scripts/microbench.sh).
+        from microbench import ceilings_doc  # tools/microbench/ceilings_doc.py
+        pages.append((CEILINGS_PAGE, [("ceilings", ceilings_doc.ceilings_section())], None))
     if "headline" in wanted:
         if os.path.exists(PERF_LOG):
             pages.append((PERF_LOG, [("headline", headline_section([s.name for s in all_stages], results, args.csv,

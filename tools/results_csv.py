@@ -1,6 +1,6 @@
 """The benchmark's results CSV: its columns, how to read it, and how its numbers are printed.
 
-One home for what tools/bench.py (writes it), tools/plot.py and tools/readme_results.py (the plots
+One home for what tools/bench.py (writes it), tools/plot.py and tools/results_tables.py (the plots
 and the README's results) and tools/gen_docs.py (the tables in docs/) must agree on.
 
     from results_csv import read_results_csv, number, fmt_ms, reference_label
