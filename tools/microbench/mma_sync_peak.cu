@@ -3,9 +3,11 @@
 //
 // A pure-MMA loop: each warp holds one A and one B fragment of random values in registers and
 // feeds them to kChains independent accumulators in turn, so that kChains MMAs are in flight per
-// warp (an MMA's latency is several times its issue interval); the occupancy calculator fills
-// every SM with as many warps as fit, one wave on all SMs. Nothing but the MMAs is in the loop.
-// Every thread writes the sum of its accumulators, so no MMA is dead code.
+// warp (an MMA's latency is several times its issue interval). The grid is one wave: the occupancy
+// API's blocks per SM (the registers ptxas gave the kernel decide it) on every SM, and every block
+// records where and when it ran, so the run checks that all of them were resident at once
+// (block_spans.cuh). Nothing but the MMAs is in the loop. Every thread writes the sum of its
+// accumulators, so no MMA is dead code.
 //
 // FLOP: 2 * 16 * 8 * 16 = 4096 per mma.sync; TFLOP/s = 4096 * MMAs per launch / median time.
 //
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "common/fragment_layout.h"
+#include "tools/microbench/block_spans.cuh"
 #include "tools/microbench/dtypes.cuh"
 #include "tools/microbench/microbench.h"
 
@@ -29,7 +32,7 @@ namespace {
 
 constexpr int kChains = 8;  // independent accumulators per warp
 constexpr int kThreadsPerBlock = 256;
-constexpr long long kDefaultIters = 40000;  // ~9 ms at 32 warps/SM on an H200
+constexpr long long kDefaultIters = 40000;  // ~11 ms at 40 warps/SM on an H200
 constexpr double kFlopPerMma = 2.0 * 16 * 8 * 16;
 constexpr uint32_t kSeed = 0x5eed1234u;
 
@@ -73,11 +76,11 @@ __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const
 }
 
 // checksums[thread] = the sum of the thread's kChains x 4 accumulators after `iters` rounds;
-// *block0_cycles = SM clock cycles that block 0 ran (for the clock during the run).
+// spans[block] = where and when the block ran.
 template <typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    mma_sync_peak_kernel(long long iters, float* checksums, long long* block0_cycles) {
-  const long long start = clock64();
+    mma_sync_peak_kernel(long long iters, float* checksums, BlockSpan* spans) {
+  record_block_start(spans);
   const uint32_t thread = blockIdx.x * blockDim.x + threadIdx.x;
   uint32_t a[4], b[2];
 #pragma unroll
@@ -99,7 +102,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
     for (int i = 0; i < 4; ++i) sum += acc[c][i];
   checksums[thread] = sum;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *block0_cycles = clock64() - start;
+  record_block_end(spans);
 }
 
 // What one iteration adds to each thread's checksum, and the sum of the magnitudes of all the
@@ -153,14 +156,23 @@ void run_one(const Options& opt, const DeviceFacts& facts) {
   FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, mma_sync_peak_kernel<T>,
                                                               kThreadsPerBlock, 0));
   if (blocks_per_sm < 1) throw std::runtime_error("mma_sync_peak_kernel does not fit on an SM");
+  cudaFuncAttributes attributes{};
+  FA_CUDA_CHECK(cudaFuncGetAttributes(&attributes, mma_sync_peak_kernel<T>));
   const int blocks = blocks_per_sm * facts.sms;
   const int threads = blocks * kThreadsPerBlock;
+  const int warps_per_sm = blocks_per_sm * kThreadsPerBlock / 32;
   const long long iters = opt.iters ? opt.iters : kDefaultIters;
+  std::fprintf(stderr,
+               "mma-sync %s: occupancy %d blocks of %d threads per SM (%d warps; %d registers per thread): "
+               "grid of %d blocks, one wave on %d SMs\n",
+               Dtype<T>::name, blocks_per_sm, kThreadsPerBlock, warps_per_sm, attributes.numRegs, blocks,
+               facts.sms);
 
   float* checksums = nullptr;
-  long long* cycles = nullptr;
+  BlockSpan* spans_dev = nullptr;
   FA_CUDA_CHECK(cudaMalloc(&checksums, sizeof(float) * threads));
-  FA_CUDA_CHECK(cudaMalloc(&cycles, sizeof(long long)));
+  FA_CUDA_CHECK(cudaMalloc(&spans_dev, sizeof(BlockSpan) * blocks));
+  FA_CUDA_CHECK(cudaMemset(spans_dev, 0, sizeof(BlockSpan) * blocks));  // unrecorded: end == start
   cudaStream_t stream;
   FA_CUDA_CHECK(cudaStreamCreate(&stream));
 
@@ -173,7 +185,7 @@ void run_one(const Options& opt, const DeviceFacts& facts) {
 
   // (1) One iteration: the products themselves (fp32 sums of 16 exact products, then of 32 terms).
   FA_CUDA_CHECK(cudaMemset(checksums, 0xFF, sizeof(float) * threads));  // NaN where unwritten
-  mma_sync_peak_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(1, checksums, cycles);
+  mma_sync_peak_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(1, checksums, spans_dev);
   FA_CUDA_CHECK(cudaGetLastError());
   FA_CUDA_CHECK(cudaStreamSynchronize(stream));
   fetch();
@@ -185,36 +197,39 @@ void run_one(const Options& opt, const DeviceFacts& facts) {
   // iters * 2^-24 of the magnitude; twice that is the tolerance (0.5% at 40000 iterations).
   FA_CUDA_CHECK(cudaMemset(checksums, 0xFF, sizeof(float) * threads));
   const double ms = median_ms(stream, opt, [&] {
-    mma_sync_peak_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(iters, checksums, cycles);
+    mma_sync_peak_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(iters, checksums, spans_dev);
   });
   fetch();
   check_checksums(got, per_iteration, magnitude, iters, 1e-5 + static_cast<double>(iters) * 0x1p-23,
                   std::string(Dtype<T>::name) + " timed-launch check");
-  long long block0_cycles = 0;
-  FA_CUDA_CHECK(cudaMemcpy(&block0_cycles, cycles, sizeof block0_cycles, cudaMemcpyDeviceToHost));
+  std::vector<BlockSpan> spans(blocks);
+  FA_CUDA_CHECK(cudaMemcpy(spans.data(), spans_dev, sizeof(BlockSpan) * blocks, cudaMemcpyDeviceToHost));
+  const LaunchSpans ran =
+      analyse_spans(spans, blocks_per_sm, facts.sms, std::string(Dtype<T>::name) + " timed launch");
 
   const double mmas = static_cast<double>(threads / 32) * kChains * static_cast<double>(iters);
   const double tflops = kFlopPerMma * mmas / (ms * 1e-3) / 1e12;
-  const double clock_mhz = static_cast<double>(block0_cycles) / (ms * 1e3);
-  const std::string shape = std::to_string(blocks_per_sm * kThreadsPerBlock / 32) + " warps/SM on all " +
-                            std::to_string(facts.sms) + " SMs";
-  std::fprintf(
-      stderr,
-      "mma-sync %s: %d blocks x %d threads (%s), %lld iterations x %d chains: %.3f ms, %.1f TFLOP/s\n",
-      Dtype<T>::name, blocks, kThreadsPerBlock, shape.c_str(), iters, kChains, ms, tflops);
+  const std::string shape = std::to_string(blocks_per_sm) + " blocks of " + std::to_string(kThreadsPerBlock) +
+                            " threads (" + std::to_string(warps_per_sm) + " warps) resident on each of " +
+                            std::to_string(facts.sms) + " SMs at once, as the occupancy API allows";
+  std::fprintf(stderr,
+               "mma-sync %s: %lld iterations x %d chains: %.3f ms, %.1f TFLOP/s; all %d blocks resident at "
+               "once; SM clock %.0f MHz (median of %d SMs, %.0f..%.0f); each block ran for %.0f%%..%.0f%% "
+               "of its SM's busy span\n",
+               Dtype<T>::name, iters, kChains, ms, tflops, blocks, ran.clock_mhz, facts.sms,
+               ran.min_clock_mhz, ran.max_clock_mhz, 100 * ran.shortest_block, 100 * ran.longest_block);
   print_row("mma_sync_m16n8k16", Dtype<T>::name, tflops, "TFLOP/s",
             std::string("mma.sync.aligned.m16n8k16.row.col.f32.") + Dtype<T>::ptx + "." + Dtype<T>::ptx +
                 ".f32 on random register operands; " + std::to_string(kChains) +
                 " independent accumulator chains per warp; " + shape + "; " + std::to_string(iters) +
                 " iterations; 4096 FLOP per mma; " + timing_text(opt) +
                 "; checked against a host fp64 product (1 iteration) and iters x it (timed launches)");
-  print_row("sm_clock_during_mma_sync", Dtype<T>::name, clock_mhz, "MHz",
-            "clock64() cycles of block 0 over the median launch time of mma_sync_m16n8k16 (one wave: "
-            "block 0 runs for about the whole launch)");
+  print_row("sm_clock_during_mma_sync", Dtype<T>::name, ran.clock_mhz, "MHz",
+            sm_clock_method(ran, facts.sms, "mma_sync_m16n8k16"));
 
   FA_CUDA_CHECK(cudaStreamDestroy(stream));
   FA_CUDA_CHECK(cudaFree(checksums));
-  FA_CUDA_CHECK(cudaFree(cycles));
+  FA_CUDA_CHECK(cudaFree(spans_dev));
 }
 
 }  // namespace

@@ -15,8 +15,10 @@
 // benchmark checks them against the hardware before it times anything:
 //   (1) small-integer inputs, one iteration: every CTA's 64 x 256 tile must equal the host product
 //       exactly (every product and sum is an integer far below 2^24);
-//   (2) the timed launches, random inputs in [0.5, 1): the last launch's tiles must equal iters
+//   (2) the timed launches, random inputs in [-1, 1): the last launch's tiles must equal iters
 //       times the host product within the rounding of the running fp32 sums.
+// Every CTA records where and when it ran (block_spans.cuh): the run checks that there was one on
+// every SM, all at once, and measures the SM clock during the launch.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "common/hopper_encoding.h"
+#include "tools/microbench/block_spans.cuh"
 #include "tools/microbench/dtypes.cuh"
 #include "tools/microbench/microbench.h"
 
@@ -113,11 +116,11 @@ __device__ __forceinline__ void wgmma_m64n256k16<__nv_bfloat16>(float (&d)[kAccR
 
 // ---- the kernel ---------------------------------------------------------------------------------
 // a: [kWarpgroups][64][64], b: [256][64] (both K-major: row m of A and row n of B are the K values);
-// d: [CTA][warpgroup][64][256] = iters * A_wg B^T.
+// d: [CTA][warpgroup][64][256] = iters * A_wg B^T; spans[CTA] = where and when the CTA ran.
 template <typename T, int kWarpgroups>
 __global__ void __launch_bounds__((kWarpgroups * kWarpgroupThreads), 1)
-    wgmma_peak_kernel(const T* a, const T* b, long long iters, float* d, long long* block0_cycles) {
-  const long long start = clock64();
+    wgmma_peak_kernel(const T* a, const T* b, long long iters, float* d, BlockSpan* spans) {
+  record_block_start(spans);
   // The tiles, one after the other, as one tall 128-byte-row tile: the A tile of each warpgroup,
   // then B. Each starts on a 1024-byte swizzle atom, so the descriptors' base offset
   // is 0 and the hardware's swizzle (from address bits 7-9) matches swizzle128_offset.
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__((kWarpgroups * kWarpgroupThreads), 1)
     *reinterpret_cast<float2*>(d_tile + wgmma_acc_row(thread, i) * kN + wgmma_acc_col(thread, i)) =
         make_float2(acc[i], acc[i + 1]);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) *block0_cycles = clock64() - start;
+  record_block_end(spans);
 }
 
 // ---- host side ----------------------------------------------------------------------------------
@@ -205,6 +208,42 @@ void host_product(const Operands& ops, int warpgroups, std::vector<double>* ref,
         (*ref)[(wg * kWgmmaM + m) * kN + n] = sum;
         (*magnitude)[(wg * kWgmmaM + m) * kN + n] = abs_sum;
       }
+}
+
+// The tolerance of the timed check, relative to iters x magnitude (the sum of |a||b| of one
+// iteration). The H200's tensor core adds a K slice (16 products) to the fp32 accumulator like
+// this: every term, the accumulator included, is cut (toward zero or down) to 2 bits below the fp32
+// ulp of the largest term, the cut terms are summed exactly and the sum is cut to fp32. That model
+// reproduces the H200's results bit for bit (fp16 operands in [0.5, 1), 20000 iterations:
+// D[0][0] = 723767.75 with 1 warpgroup, D[0][75] = 709343.75 with 2, both 0.96% low). It loses less
+// than 16 x 2^-25 + 2^-23 = 5 x 2^-23 of the largest term per slice; after i iterations that term
+// is at most (i + 1) x magnitude, so `iters` iterations of kKSteps slices lose less than
+// kKSteps x 5 x 2^-23 x magnitude x iters (iters + 1) / 2 (2.4% at 20000 iterations).
+double timed_relative_tolerance(long long iters) {
+  return kKSteps * 5 * 0x1p-23 * static_cast<double>(iters + 1) / 2;
+}
+
+// Can the timed check see a skipped K slice? Skipping slice s moves an element by iters x S_s (its
+// part of the product) per launch; the check is sure to see that where |S_s| > 2 x tolerance / iters
+// (the rounding could hide up to half of it). Returns, for the slice that shows in the fewest
+// elements, how many elements show it.
+size_t fewest_elements_showing_a_skipped_slice(const Operands& ops, int warpgroups,
+                                               const std::vector<double>& magnitude,
+                                               double relative_tolerance) {
+  size_t fewest = magnitude.size();
+  for (int slice = 0; slice < kKSteps; ++slice) {
+    size_t showing = 0;
+    for (int wg = 0; wg < warpgroups; ++wg)
+      for (int m = 0; m < kWgmmaM; ++m)
+        for (int n = 0; n < kN; ++n) {
+          double slice_sum = 0;
+          for (int k = slice * 16; k < slice * 16 + 16; ++k)
+            slice_sum += static_cast<double>(ops.a[(wg * kWgmmaM + m) * kTileK + k]) * ops.b[n * kTileK + k];
+          showing += std::fabs(slice_sum) > 2 * relative_tolerance * magnitude[(wg * kWgmmaM + m) * kN + n];
+        }
+    fewest = std::min(fewest, showing);
+  }
+  return fewest;
 }
 
 // Every CTA's tile against iters * ref, within relative_tolerance * iters * magnitude.
@@ -246,19 +285,32 @@ void run_one(const Options& opt, const DeviceFacts& facts) {
                              " bytes of shared memory; this GPU allows " +
                              std::to_string(smem_per_block_optin));
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  int ctas_per_sm = 0;
+  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, threads, smem_bytes));
+  if (ctas_per_sm != 1)
+    throw std::runtime_error("the occupancy API allows " + std::to_string(ctas_per_sm) +
+                             " wgmma_peak_kernel CTAs per SM; the benchmark is sized for exactly 1");
+  cudaFuncAttributes attributes{};
+  FA_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
   const int ctas = facts.sms;
   const long long iters = opt.iters ? opt.iters : kDefaultIters;
+  std::fprintf(stderr,
+               "wgmma %s %d warpgroup(s): occupancy 1 CTA of %d threads per SM (%d warps; %d registers per "
+               "thread, %d bytes of shared memory): grid of %d CTAs, one wave on %d SMs\n",
+               Dtype<T>::name, kWarpgroups, threads, threads / 32, attributes.numRegs, smem_bytes, ctas,
+               facts.sms);
 
   T *a_dev = nullptr, *b_dev = nullptr;
   float* d_dev = nullptr;
-  long long* cycles = nullptr;
+  BlockSpan* spans_dev = nullptr;
   const size_t a_elems = static_cast<size_t>(kWarpgroups) * kWgmmaM * kTileK,
                b_elems = static_cast<size_t>(kN) * kTileK;
   const size_t d_elems = static_cast<size_t>(ctas) * kWarpgroups * kWgmmaM * kN;
   FA_CUDA_CHECK(cudaMalloc(&a_dev, sizeof(T) * a_elems));
   FA_CUDA_CHECK(cudaMalloc(&b_dev, sizeof(T) * b_elems));
   FA_CUDA_CHECK(cudaMalloc(&d_dev, sizeof(float) * d_elems));
-  FA_CUDA_CHECK(cudaMalloc(&cycles, sizeof(long long)));
+  FA_CUDA_CHECK(cudaMalloc(&spans_dev, sizeof(BlockSpan) * ctas));
+  FA_CUDA_CHECK(cudaMemset(spans_dev, 0, sizeof(BlockSpan) * ctas));  // unrecorded: end == start
   cudaStream_t stream;
   FA_CUDA_CHECK(cudaStreamCreate(&stream));
 
@@ -275,7 +327,7 @@ void run_one(const Options& opt, const DeviceFacts& facts) {
     FA_CUDA_CHECK(cudaMemcpy(got.data(), d_dev, sizeof(float) * d_elems, cudaMemcpyDeviceToHost));
   };
   auto launch = [&](long long n) {
-    kernel<<<ctas, threads, smem_bytes, stream>>>(a_dev, b_dev, n, d_dev, cycles);
+    kernel<<<ctas, threads, smem_bytes, stream>>>(a_dev, b_dev, n, d_dev, spans_dev);
   };
   std::mt19937 rng(20240 + kWarpgroups);  // fixed: a failure can be rerun as it was
   std::vector<double> ref, magnitude;
@@ -294,44 +346,58 @@ void run_one(const Options& opt, const DeviceFacts& facts) {
   check_tiles(got, ref, magnitude, 1, 0.0, label + " tile check (descriptors, swizzle, accumulator map)");
   std::fprintf(stderr, "wgmma %s: every CTA's 64x256 tile equals the host product exactly\n", label.c_str());
 
-  // (2) Timed: random values with random mantissas (what a real GEMM feeds the tensor cores).
-  // Each of the 4 * iters additions into an accumulator loses at most one of its ulps, so the
-  // tolerance is 4 * iters * 2^-23 of iters times the magnitude (about 1% at 20000 iterations);
-  // a skipped K slice is 25% off.
-  std::uniform_real_distribution<float> unit(0.5f, 1.0f);
+  // (2) Timed: random values with random mantissas and both signs (what a real GEMM feeds the
+  // tensor cores). With both signs the cuts' errors partly cancel and the accumulator grows as
+  // iters x D, well below the iters x magnitude the tolerance assumes; the model above stays within
+  // about a fifth of the tolerance. A skipped K slice: per iteration the tolerance is
+  // 2.4% of a magnitude of about 16 (64 products of mean 1/4), 0.38, while a slice's part S of the
+  // product has a standard deviation of 4/3 (16 products of variance 1/9): |S| > 2 x 0.38 in about
+  // 57% of the elements. fewest_elements_showing_a_skipped_slice counts them, and the benchmark
+  // refuses to time what its check could not see (an --iters so large that no element would show).
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   const Operands timed_ops = draw_operands<T>(kWarpgroups, [&] { return unit(rng); });
   host_product(timed_ops, kWarpgroups, &ref, &magnitude);
+  const double relative_tolerance = timed_relative_tolerance(iters);
+  const size_t showing =
+      fewest_elements_showing_a_skipped_slice(timed_ops, kWarpgroups, magnitude, relative_tolerance);
+  if (showing == 0)
+    throw std::runtime_error("with " + std::to_string(iters) +
+                             " iterations the timed check's tolerance would hide a skipped K slice: use "
+                             "fewer");
+  std::fprintf(stderr, "wgmma %s: a skipped K slice would show in at least %zu of the %zu elements per CTA\n",
+               label.c_str(), showing, magnitude.size());
   upload(timed_ops);
   const double ms = median_ms(stream, opt, [&] { launch(iters); });
   fetch();
-  check_tiles(got, ref, magnitude, iters, 1e-5 + kKSteps * static_cast<double>(iters) * 0x1p-23,
-              label + " timed-launch check");
-  long long block0_cycles = 0;
-  FA_CUDA_CHECK(cudaMemcpy(&block0_cycles, cycles, sizeof block0_cycles, cudaMemcpyDeviceToHost));
+  check_tiles(got, ref, magnitude, iters, relative_tolerance, label + " timed-launch check");
+  std::vector<BlockSpan> spans(ctas);
+  FA_CUDA_CHECK(cudaMemcpy(spans.data(), spans_dev, sizeof(BlockSpan) * ctas, cudaMemcpyDeviceToHost));
+  const LaunchSpans ran = analyse_spans(spans, 1, facts.sms, label + " timed launch");
 
   const double wgmmas = static_cast<double>(ctas) * kWarpgroups * kKSteps * static_cast<double>(iters);
   const double tflops = kFlopPerWgmma * wgmmas / (ms * 1e-3) / 1e12;
-  const double clock_mhz = static_cast<double>(block0_cycles) / (ms * 1e3);
   const std::string name = "wgmma_m64n256k16_" + std::to_string(kWarpgroups) + "wg";
-  std::fprintf(stderr, "wgmma %s: %d CTAs x %d threads, %lld iterations x %d wgmmas: %.3f ms, %.1f TFLOP/s\n",
-               label.c_str(), ctas, threads, iters, kKSteps, ms, tflops);
+  std::fprintf(stderr,
+               "wgmma %s: %lld iterations x %d wgmmas: %.3f ms, %.1f TFLOP/s; all %d CTAs resident at once; "
+               "SM clock %.0f MHz (median of %d SMs, %.0f..%.0f)\n",
+               label.c_str(), iters, kKSteps, ms, tflops, ctas, ran.clock_mhz, facts.sms, ran.min_clock_mhz,
+               ran.max_clock_mhz);
   print_row(name, Dtype<T>::name, tflops, "TFLOP/s",
             std::string("wgmma.mma_async.sync.aligned.m64n256k16.f32.") + Dtype<T>::ptx + "." +
                 Dtype<T>::ptx + "; A and B K-major in 128B-swizzled shared memory through descriptors; " +
-                std::to_string(kWarpgroups) + " warpgroup(s) per CTA; 1 CTA on each of " +
+                std::to_string(kWarpgroups) + " warpgroup(s) per CTA; 1 CTA resident on each of " +
                 std::to_string(ctas) + " SMs; " + std::to_string(iters) +
                 " iterations of 4 wgmmas + commit_group + wait_group 1; " + "524288 FLOP per wgmma; " +
                 timing_text(opt) +
                 "; checked: exact tile vs host (small integers) and iters x host product (timed launches)");
-  print_row("sm_clock_during_" + name, Dtype<T>::name, clock_mhz, "MHz",
-            "clock64() cycles of block 0 over the median launch time of " + name +
-                " (one CTA per SM: block 0 runs for about the whole launch)");
+  print_row("sm_clock_during_" + name, Dtype<T>::name, ran.clock_mhz, "MHz",
+            sm_clock_method(ran, facts.sms, name));
 
   FA_CUDA_CHECK(cudaStreamDestroy(stream));
   FA_CUDA_CHECK(cudaFree(a_dev));
   FA_CUDA_CHECK(cudaFree(b_dev));
   FA_CUDA_CHECK(cudaFree(d_dev));
-  FA_CUDA_CHECK(cudaFree(cycles));
+  FA_CUDA_CHECK(cudaFree(spans_dev));
 }
 
 template <typename T>
