@@ -195,7 +195,6 @@ CheckResult check_against_reference(const ReferenceRows& reference, const HostTe
   const int64_t dim = o.layout.head_dim;
   const std::vector<RowId>& rows = reference.rows;
   const std::vector<double>& ref = reference.ref;
-  const std::vector<float>& baseline = reference.baseline;
   result.rows_checked = static_cast<int64_t>(rows.size());
 
   // Counts a bad element; only the first one's description is built (a full check visits millions).

@@ -40,6 +40,33 @@
 //        row 1:        T4        |    T5     |    T6     |    T7
 //        ...
 //        row 8:        T0        |    T1     |    T2     |    T3        (d[4j+2], d[4j+3])
+//
+// 4. Tiles wider than one 128-byte row (head_dim 128 in 16 bits: 256 bytes) are stored as 64-column
+//    panels: panel p holds columns 64p .. 64p+63 of every row as its own [rows x 128 B] swizzled
+//    tile, panel_bytes = rows * 128 after the previous one. The K-major descriptor then steps
+//    K by 16 elements as +32 bytes inside a panel and jumps to the next panel every 4 steps.
+//
+// 5. MN-major operands (PTX ISA, "Shared Memory Matrix Layout", its tables "Leading Dimension Byte
+//    Offset", "Stride Dimension Byte Offset" and "Canonical Layouts"). With imm-trans-b = 1 (only
+//    for .f16/.bf16) B is read N-major: N contiguous. In the 128B swizzle mode the canonical layout,
+//    in elements of T = 128 / bits-per-element (8 for 16-bit types), is
+//        ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO))      then the 128B swizzle
+//    i.e. along N: 64 contiguous elements (one 128-byte row), then the next 64 at LBO;
+//    along K: 8 rows 128 bytes apart (one 1024-byte atom), then the next 8 rows at SBO.
+//    So for MN-major, LBO is the offset between 64-element N blocks and SBO the offset between
+//    8-row K groups (for K-major, SBO is between 8-row M/N groups and LBO is unused when swizzled).
+//    V stored [key][dim] (dims contiguous) is exactly that for B = V of O += P V (K = keys, N =
+//    dims): the same physical layout as a K-major tile (row = key, 128-byte rows, chunk ^ row % 8),
+//    with SBO = 1024 and LBO = the panel size; a k16 step is 16 rows = 2 atoms = +2048 bytes.
+//
+// 6. The A operand from registers of wgmma m64nNk16 (.f16/.bf16; PTX ISA figure "WGMMA .m64nNk16
+//    register fragment layout for matrix A"; the same map as CUTLASS's ALayout_64x16, which is its
+//    64 x 16 accumulator layout): 4 registers of two 16-bit elements, element e (0..7) at
+//        row = 16*(t/32) + (t%32)/4 + 8*((e/2)%2),   col = 2*(t%4) + e%2 + 8*(e/4)
+//    which is section 3's accumulator map of a 64 x 16 tile, element e = register e. So the fp32 S
+//    accumulators of columns 16kk .. 16kk+15 (registers 8kk .. 8kk+7), packed in pairs, are the A
+//    operand of P V for k-step kk: mma.sync's P-in-registers repack (fragment_layout.h:
+//    p_frag_s_tile, p_frag_s_entry) carries over unchanged.
 #pragma once
 
 #include <cstdint>
@@ -129,6 +156,47 @@ FA_HOST_DEVICE constexpr int wgmma_acc_row(int thread, int i) {
 }
 FA_HOST_DEVICE constexpr int wgmma_acc_col(int thread, int i) {
   return 8 * (i / 4) + 2 * (thread % 4) + i % 2;
+}
+
+// ---- 4. 64-column panels of 128B-swizzled rows -------------------------------------------------
+// Byte offset, from the 1024-byte aligned tile start, of byte `byte_in_row` of row `row` of a tile
+// of `rows` rows whose rows are any multiple of 128 bytes, stored as [rows x 128 B] panels.
+FA_HOST_DEVICE constexpr uint32_t swizzle128_panel_offset(int row, int byte_in_row, int rows) {
+  return static_cast<uint32_t>(byte_in_row / kSwizzle128RowBytes) * static_cast<uint32_t>(rows) *
+             kSwizzle128RowBytes +
+         swizzle128_offset(row, byte_in_row % kSwizzle128RowBytes);
+}
+
+constexpr int kWgmmaK = 16;  // K of one 16-bit wgmma: 32 bytes of a 128-byte row
+constexpr int kSwizzle128KStepsPerRow = kSwizzle128RowBytes / (kWgmmaK * 2);  // 4
+
+// K-major panels: the descriptor of k-step `k_step` (elements 16 k_step .. 16 k_step + 15 of each
+// row), `panel_bytes` = rows * 128 apart.
+FA_HOST_DEVICE constexpr uint64_t wgmma_descriptor_k_major_sw128_panels(uint32_t tile_address_bytes,
+                                                                        uint32_t panel_bytes, int k_step) {
+  return wgmma_descriptor_k_major_sw128(
+      tile_address_bytes + static_cast<uint32_t>(k_step / kSwizzle128KStepsPerRow) * panel_bytes,
+      k_step % kSwizzle128KStepsPerRow);
+}
+
+// ---- 5. MN-major (N contiguous) 128B-swizzled B operand ------------------------------------------
+// The tile is K rows of N elements (rows = K, 128-byte panels of 64 N elements, `panel_bytes`
+// apart); k-step `k_step` reads rows 16 k_step .. 16 k_step + 15 and every N column. Only for
+// instructions with imm-trans-b = 1.
+FA_HOST_DEVICE constexpr uint64_t wgmma_descriptor_mn_major_sw128(uint32_t tile_address_bytes, uint32_t panel_bytes,
+                                                                  int k_step) {
+  return wgmma_descriptor(tile_address_bytes + static_cast<uint32_t>(k_step) * kWgmmaK * kSwizzle128RowBytes,
+                          /*leading_byte_offset=*/panel_bytes,        // next 64 elements along N
+                          /*stride_byte_offset=*/kSwizzle128AtomBytes,  // next 8 rows along K
+                          WgmmaSwizzle::k128B);
+}
+
+// ---- 6. the A operand of wgmma m64nNk16 from registers (16-bit types) -----------------------------
+FA_HOST_DEVICE constexpr int wgmma_a_row(int thread, int e) {
+  return 16 * (thread / 32) + (thread % 32) / 4 + 8 * ((e / 2) % 2);
+}
+FA_HOST_DEVICE constexpr int wgmma_a_col(int thread, int e) {
+  return 2 * (thread % 4) + e % 2 + 8 * (e / 4);
 }
 
 }  // namespace fa

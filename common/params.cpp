@@ -69,11 +69,13 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
     err << ")";
     return Status::error(err.str());
   }
-  if (p.seq_q % stage.block_q != 0) {
+  // A stage that declares any_length handles partial blocks itself; the others compute whole tiles.
+  const bool any_length = (stage.features & kFeatureAnyLength) != 0;
+  if (!any_length && p.seq_q % stage.block_q != 0) {
     err << "seq_q " << p.seq_q << " is not a multiple of the block size " << stage.block_q;
     return Status::error(err.str());
   }
-  if (p.seq_kv % stage.block_kv != 0) {
+  if (!any_length && p.seq_kv % stage.block_kv != 0) {
     err << "seq_kv " << p.seq_kv << " is not a multiple of the block size " << stage.block_kv;
     return Status::error(err.str());
   }
@@ -100,7 +102,7 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
     std::string what = check_tensor(names[i], *tensors[i]);
     if (!what.empty()) return Status::error(err.str() + what);
   }
-  // Positive, not just non-zero: stages 7 and 8 take the row max of the unscaled scores, which is
+  // Positive, not just non-zero: stages 7 and later take the row max of the unscaled scores, which is
   // the max of the scaled scores only when the scale is positive.
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.0f) {
     err << "softmax_scale must be finite and positive (got " << p.softmax_scale << ")";
@@ -108,7 +110,7 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
   }
   // One thread block per (batch, head, query block), all in gridDim.x (limit 2^31 - 1), so batch
   // and head counts are not capped by the 65535 limit of gridDim.y/z.
-  const int64_t q_blocks = p.seq_q / stage.block_q;
+  const int64_t q_blocks = (p.seq_q + stage.block_q - 1) / stage.block_q;  // the last one may be partial
   if (p.batch > INT_MAX || p.heads > INT_MAX || q_blocks > INT_MAX / p.heads / p.batch) {
     err << "grid of " << p.batch << " x " << p.heads << " x " << q_blocks
         << " thread blocks exceeds CUDA's limit of 2^31-1 blocks";

@@ -87,8 +87,8 @@ struct StageInfo {
   bool arch_specific;          // sm_90a code runs on compute capability 9.0 only
   unsigned features;           // Feature bits
   // Facts of the kernel itself, in its kernel.cu:
-  int block_q;   // Br: query rows per thread block (seq_q must be a multiple)
-  int block_kv;  // Bc: key/value rows per iteration (seq_kv must be a multiple)
+  int block_q;   // Br: query rows per thread block (seq_q must be a multiple, unless any_length)
+  int block_kv;  // Bc: key/value rows per iteration (seq_kv must be a multiple, unless any_length)
   int warps;     // warps per thread block
   std::vector<int> head_dims;
   std::vector<DType> dtypes;

@@ -59,6 +59,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t sme
 __device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* global_ptr) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr), "l"(global_ptr));
 }
+// The same copy where `valid`, else 16 zero bytes: with a source size of 0, cp.async reads nothing
+// and zero-fills the destination (a row past the end of a sequence). `global_ptr` must still be a
+// valid address (pass the tile's first row), so that no tool sees an out-of-bounds operand.
+__device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_addr, const void* global_ptr, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(global_ptr),
+               "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most `pending` of this thread's committed groups are still in flight.
 template <int pending>

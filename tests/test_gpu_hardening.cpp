@@ -445,7 +445,7 @@ TEST_CASE("scores reaching +/-1e4", "[gpu][hardening][numerics]") {
   // scores per problem they reach beyond +/-1e4 (4 sigma; the test confirms it), with inputs of at
   // most about +/-250, far inside the fp16 range; the raw dot products (up to ~1.3e5) stay exact
   // enough in fp32. The softmax of such rows is nearly one-hot: near ties decide the error.
-  // Stages 7 and 8 carry an extra error of up to ~3.4e-4 relative on rows dominated by one key
+  // Stages 7-10 carry an extra error of up to ~3.4e-4 relative on rows dominated by one key
   // (exp2 of s * c - round(m * c) is 2^r, not 1, at the maximum; see the equal-scores test below),
   // which can bring them close to the tolerance here.
   ProblemConfig config = shape(1, 2, 256, 512, DType::kFloat16, 64, 104);
@@ -509,7 +509,7 @@ TEST_CASE("all scores of a row equal: the output is the mean of V", "[gpu][harde
   // without the max subtraction the row would be inf / inf). In every case the output is the plain
   // mean of V over the keys.
   //
-  // Why 500 and not 1e4: stages 7 and 8 compute p = exp2(s * c - round(m * c)), so at equal scores
+  // Why 500 and not 1e4: stages 7-10 compute p = exp2(s * c - round(m * c)), so at equal scores
   // every p is 2^r with r the rounding error of m * c (up to 2^-11 at m * c ~ 1.4e4). P V uses p
   // rounded to 16 bits (1 or a neighbour of 1) but the row sum adds the fp32 p, so the output is
   // off by up to ~3.4e-4 relative: about one fp16 ulp, as large as this case's whole tolerance (the
@@ -907,14 +907,16 @@ std::vector<InvalidCase> invalid_cases(const StageInfo& stage, const AttentionPa
         {"head_dim " + std::to_string(d), "not supported"});
   }
 
-  // Sequence lengths that are not multiples of the block sizes (and no larger than the buffers).
+  // Sequence lengths that are not multiples of the block sizes (and no larger than the buffers),
+  // except for a stage that declares any_length (tests/test_gpu_any_length.cpp runs it on them).
+  const bool any_length = (stage.features & fa::kFeatureAnyLength) != 0;
   for (int64_t seq_q : {valid.seq_q - stage.block_q / 2, int64_t{stage.block_q / 2}, valid.seq_q - 8}) {
-    if (seq_q <= 0 || seq_q % stage.block_q == 0) continue;
+    if (any_length || seq_q <= 0 || seq_q % stage.block_q == 0) continue;
     add("seq_q " + std::to_string(seq_q), [seq_q](AttentionParams& p) { p.seq_q = seq_q; },
         {"seq_q " + std::to_string(seq_q), "multiple", std::to_string(stage.block_q)});
   }
   for (int64_t seq_kv : {valid.seq_kv - stage.block_kv / 2, int64_t{stage.block_kv / 2}, valid.seq_kv - 8}) {
-    if (seq_kv <= 0 || seq_kv % stage.block_kv == 0) continue;
+    if (any_length || seq_kv <= 0 || seq_kv % stage.block_kv == 0) continue;
     add("seq_kv " + std::to_string(seq_kv), [seq_kv](AttentionParams& p) { p.seq_kv = seq_kv; },
         {"seq_kv " + std::to_string(seq_kv), "multiple", std::to_string(stage.block_kv)});
   }
@@ -975,7 +977,7 @@ std::vector<InvalidCase> invalid_cases(const StageInfo& stage, const AttentionPa
   }
 
   // softmax_scale: zero, negative zero, non-finite, negative. A negative scale is not a valid
-  // softmax temperature for stages 7 and 8, which take the row maximum of the raw (unscaled) scores.
+  // softmax temperature for stages 7-10, which take the row maximum of the raw (unscaled) scores.
   for (float scale :
        {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
         -std::numeric_limits<float>::infinity(), -0.125f, -1e-30f}) {

@@ -5,8 +5,16 @@
 //     inside their own row, and spreads the 8 rows of a core matrix over all 32 banks;
 //   - the wgmma m64nNk16 accumulator map: covers the 64 x N tile exactly once for every N, each
 //     warp owns 16 rows, and each n8 slice of a warp is an mma.sync m16n8 C fragment.
+//   - 64-column panels (head_dim 128): the K-major panel descriptors and the MN-major descriptor of
+//     V (B of O += P V, read N-major through imm-trans-b = 1) address exactly the bytes where the
+//     tile layout stores each element, under a model of the hardware's address generation written
+//     from the PTX ISA's canonical layouts;
+//   - the A operand from registers: the S accumulators, repacked as the kernels do, are exactly
+//     the A fragment of P V.
 // The GPU check of the same encodings is the wgmma microbenchmark's tile check
-// (tools/microbench/wgmma_peak.cu, run by scripts/microbench.sh).
+// (tools/microbench/wgmma_peak.cu, run by scripts/microbench.sh: K-major, one panel) and, for the
+// panels, the MN-major descriptor and the register A operand, the fp64-checked attention of stage
+// 12_wgmma (tests/test_gpu_stages.cpp).
 #include <cstdint>
 #include <set>
 #include <utility>
@@ -21,6 +29,27 @@ namespace {
 // Bits first..last (inclusive) set.
 constexpr uint64_t bit_range(int first, int last) {
   return ((last == 63) ? ~uint64_t{0} : ((uint64_t{1} << (last + 1)) - 1)) & ~((uint64_t{1} << first) - 1);
+}
+
+// A model of where a 16-bit wgmma operand in the 128B swizzle mode reads element (mn, k) of one
+// k16 step, from its descriptor alone: the PTX ISA's canonical layouts ("Canonical Layouts", T = 8
+// elements of 16 bits = 16 bytes), in bytes,
+//   K-major  ((8, m), (T, 2)) : ((8T, SBO), (1, T))        row mn: (mn % 8) * 128 + (mn / 8) * SBO,
+//                                                          k: 2 k bytes (16 elements < one row)
+//   MN-major ((T, 8, m), (8, 2)) : ((1, T, LBO), (8T, SBO)) mn: 2 (mn % 64) + (mn / 64) * LBO,
+//                                                          k: (k % 8) * 128 + (k / 8) * SBO
+// added to the start address, then the 128-byte swizzle on the address: bits [4,7) ^= bits [7,10)
+// (the pattern repeats every 1024 bytes from a 1024-byte boundary: base offset 0).
+enum class Major { kK, kMN };
+uint32_t model_wgmma_byte_address(uint64_t desc, Major major, int mn, int k) {
+  const uint32_t start = fa::wgmma_desc_start_address(desc);
+  const uint32_t lbo = fa::wgmma_desc_leading_byte_offset(desc);
+  const uint32_t sbo = fa::wgmma_desc_stride_byte_offset(desc);
+  const uint32_t linear =
+      major == Major::kK
+          ? start + (mn % 8) * 128u + (mn / 8) * sbo + 2u * k
+          : start + 2u * (mn % 64) + (mn / 64) * lbo + (k % 8) * 128u + (k / 8) * sbo;
+  return linear ^ (((linear >> 7) & 7u) << 4);
 }
 
 }  // namespace
@@ -165,4 +194,141 @@ TEST_CASE("wgmma accumulator: registers 4j..4j+3 are an mma.sync m16n8 C fragmen
       CHECK(fa::wgmma_acc_col(t, i + 1) == fa::wgmma_acc_col(t, i) + 1);
     }
   }
+}
+
+TEST_CASE("128B swizzle panels: a bijection, whole chunks, 8 rows of a core matrix on 32 banks", "[hopper][swizzle]") {
+  for (int rows : {64, 128}) {
+    for (int row_bytes : {128, 256}) {
+      INFO("rows " << rows << ", row bytes " << row_bytes);
+      std::set<uint32_t> offsets;
+      for (int row = 0; row < rows; ++row)
+        for (int byte = 0; byte < row_bytes; ++byte) {
+          const uint32_t offset = fa::swizzle128_panel_offset(row, byte, rows);
+          REQUIRE(offset < static_cast<uint32_t>(rows * row_bytes));
+          // Panel byte / 128, row `row` of it; the chunk moves as a whole.
+          REQUIRE(offset / (rows * 128u) == static_cast<uint32_t>(byte / 128));
+          REQUIRE(offset % (rows * 128u) / 128u == static_cast<uint32_t>(row));
+          REQUIRE(offset % 16 == static_cast<uint32_t>(byte % 16));
+          offsets.insert(offset);
+        }
+      REQUIRE(offsets.size() == static_cast<size_t>(rows * row_bytes));
+      // The first panel is the one-panel layout (what the microbenchmark verified on the GPU).
+      for (int row = 0; row < rows; ++row)
+        for (int byte = 0; byte < 128; ++byte)
+          REQUIRE(fa::swizzle128_panel_offset(row, byte, rows) == fa::swizzle128_offset(row, byte));
+      // The same logical chunk of 8 consecutive rows: 8 different bank groups.
+      for (int row0 = 0; row0 < rows; row0 += 8)
+        for (int chunk = 0; chunk < row_bytes / 16; ++chunk) {
+          std::set<int> banks;
+          for (int r = 0; r < 8; ++r)
+            for (int word = 0; word < 4; ++word)
+              banks.insert(static_cast<int>(fa::swizzle128_panel_offset(row0 + r, 16 * chunk + 4 * word, rows) / 4 % 32));
+          REQUIRE(banks.size() == 32);
+        }
+    }
+  }
+}
+
+TEST_CASE("wgmma address model reproduces the K-major case the microbenchmark verified", "[hopper][descriptor]") {
+  // wgmma_peak.cu's tiles: 64 (A) or 256 (B) rows of 128 bytes at a 1024-byte aligned address,
+  // k-steps 0..3 through wgmma_descriptor_k_major_sw128. The model must read each element exactly
+  // where swizzle128_offset stored it (on the H200 the products came out exact).
+  const uint32_t tile = 0x2400;
+  for (int k_step = 0; k_step < 4; ++k_step)
+    for (int row = 0; row < 256; ++row)
+      for (int k = 0; k < 16; ++k)
+        REQUIRE(model_wgmma_byte_address(fa::wgmma_descriptor_k_major_sw128(tile, k_step), Major::kK, row, k) ==
+                tile + fa::swizzle128_offset(row, 2 * (16 * k_step + k)));
+}
+
+TEST_CASE("wgmma K-major panel descriptors read the panel layout (Q and K at head_dim 64 and 128)", "[hopper][descriptor]") {
+  const uint32_t tile = 0x8000;  // 1024-byte aligned
+  for (int rows : {64, 128}) {
+    for (int head_dim : {64, 128}) {
+      INFO("rows " << rows << ", head_dim " << head_dim);
+      const uint32_t panel_bytes = rows * 128u;
+      // A warpgroup's 64 rows of Q start 64 rows into the tile; K's n = rows keys start at row 0.
+      for (int first_row = 0; first_row + 64 <= rows; first_row += 64) {
+        const uint32_t start = tile + first_row * 128u;
+        for (int k_step = 0; k_step < head_dim / 16; ++k_step) {
+          const uint64_t desc = fa::wgmma_descriptor_k_major_sw128_panels(start, panel_bytes, k_step);
+          CHECK(fa::wgmma_desc_stride_byte_offset(desc) == 1024);
+          CHECK(fa::wgmma_desc_swizzle(desc) == fa::WgmmaSwizzle::k128B);
+          CHECK(fa::wgmma_desc_base_offset(desc) == 0);
+          int mismatches = 0;
+          for (int mn = 0; mn < rows - first_row; ++mn)
+            for (int k = 0; k < 16; ++k) {
+              const int col = 16 * k_step + k;
+              if (model_wgmma_byte_address(desc, Major::kK, mn, k) !=
+                  tile + fa::swizzle128_panel_offset(first_row + mn, 2 * col, rows))
+                ++mismatches;
+            }
+          CHECK(mismatches == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("wgmma MN-major descriptor reads V ([key][dim], dims contiguous) as B = K x N of P V", "[hopper][descriptor]") {
+  const uint32_t tile = 0x10000;
+  for (int keys : {64, 128}) {
+    for (int head_dim : {64, 128}) {
+      INFO("keys " << keys << ", head_dim " << head_dim);
+      const uint32_t panel_bytes = keys * 128u;
+      for (int k_step = 0; k_step < keys / 16; ++k_step) {
+        const uint64_t desc = fa::wgmma_descriptor_mn_major_sw128(tile, panel_bytes, k_step);
+        // SBO: the next 8 keys (K); LBO: the next 64 dims (N), one panel further.
+        CHECK(fa::wgmma_desc_stride_byte_offset(desc) == 1024);
+        CHECK(fa::wgmma_desc_leading_byte_offset(desc) == panel_bytes);
+        CHECK(fa::wgmma_desc_start_address(desc) == tile + 2048u * k_step);
+        CHECK(fa::wgmma_desc_start_address(desc) % 1024 == 0);  // base offset 0 is right
+        CHECK(fa::wgmma_desc_base_offset(desc) == 0);
+        CHECK(fa::wgmma_desc_swizzle(desc) == fa::WgmmaSwizzle::k128B);
+        int mismatches = 0;
+        for (int dim = 0; dim < head_dim; ++dim)  // N
+          for (int k = 0; k < 16; ++k) {          // K: key 16 k_step + k
+            const int key = 16 * k_step + k;
+            if (model_wgmma_byte_address(desc, Major::kMN, dim, k) !=
+                tile + fa::swizzle128_panel_offset(key, 2 * dim, keys))
+              ++mismatches;
+          }
+        CHECK(mismatches == 0);
+      }
+    }
+  }
+  // The K-major reading of the same bytes would be wrong: the major-ness is not a detail.
+  const uint64_t desc = fa::wgmma_descriptor_mn_major_sw128(tile, 128 * 128, 0);
+  CHECK(model_wgmma_byte_address(desc, Major::kK, 1, 0) != tile + fa::swizzle128_panel_offset(0, 2, 128));
+}
+
+TEST_CASE("wgmma register A operand: the S accumulators repacked are P's A fragment", "[hopper][accumulator]") {
+  // The A map covers the 64 x 16 tile once, warp w on rows 16w .. 16w+15.
+  std::vector<int> owners(64 * 16, 0);
+  for (int t = 0; t < fa::kWarpgroupThreads; ++t)
+    for (int e = 0; e < 8; ++e) {
+      const int row = fa::wgmma_a_row(t, e), col = fa::wgmma_a_col(t, e);
+      REQUIRE(row / 16 == t / 32);
+      REQUIRE(col >= 0);
+      REQUIRE(col < 16);
+      ++owners[row * 16 + col];
+      // Per warp it is mma.sync's m16n8k16 A fragment.
+      CHECK(row == 16 * (t / 32) + fa::mma_a_row(t % 32, e));
+      CHECK(col == fa::mma_a_col(t % 32, e));
+    }
+  for (int count : owners) REQUIRE(count == 1);
+  // Register j of P's A fragment for k-step kk packs S accumulator entries {e, e + 1} of n-tile t
+  // (p_frag_s_tile / p_frag_s_entry, as stage 10 does for mma.sync); in the wgmma accumulator that
+  // entry is register 4t + e. It must hold P[row][16 kk + col] for A elements 2j and 2j + 1.
+  for (int n = 16; n <= 256; n += 16)
+    for (int t = 0; t < fa::kWarpgroupThreads; ++t)
+      for (int kk = 0; kk < n / 16; ++kk)
+        for (int j = 0; j < 4; ++j)
+          for (int half = 0; half < 2; ++half) {
+            const int acc = 4 * fa::p_frag_s_tile(kk, j) + fa::p_frag_s_entry(j) + half;
+            const int e = 2 * j + half;
+            REQUIRE(acc < fa::wgmma_acc_regs(n));
+            REQUIRE(fa::wgmma_acc_row(t, acc) == fa::wgmma_a_row(t, e));
+            REQUIRE(fa::wgmma_acc_col(t, acc) == 16 * kk + fa::wgmma_a_col(t, e));
+          }
 }

@@ -209,7 +209,7 @@ def resource_usage(library: Path, tools: Tools) -> dict[tuple[str, str], dict[st
 
 def main_loop(instructions: list[Instruction]) -> list[Instruction]:
     """The main K/V loop, found without source-line information: the body of the longest backward
-    branch that contains an HMMA."""
+    branch that contains an HMMA or HGMMA."""
     best: list[Instruction] = []
     for branch in instructions:
         if branch.opcode.split(".")[0] != "BRA":
@@ -219,14 +219,14 @@ def main_loop(instructions: list[Instruction]) -> list[Instruction]:
             continue
         start = int(target.group(1), 16)
         body = [i for i in instructions if start <= i.address <= branch.address]
-        if any(i.opcode.startswith("HMMA") for i in body) and len(body) > len(best):
+        if any(i.opcode.startswith(("HMMA", "HGMMA")) for i in body) and len(body) > len(best):
             best = body
     return best
 
 
 # The columns of the evidence tables (tools/sass_counts.py, the SASS sections of docs/stages), and
 # how an instruction is counted in them.
-TABLE_COLUMNS = ["HMMA", "LDSM", "LDSM.T", "LDGSTS", "LDG", "STS", "LDS", "MUFU.EX2", "FMUL", "FFMA",
+TABLE_COLUMNS = ["HMMA", "HGMMA", "LDSM", "LDSM.T", "LDGSTS", "LDG", "STS", "LDS", "MUFU.EX2", "FMUL", "FFMA",
                  "FADD", "FMNMX", "SHFL", "F2FP", "BAR.SYNC", "LDL", "STL"]
 
 

@@ -7,7 +7,7 @@ Reads the stage libraries a build left behind (libstage_NN_name.a, for every sta
 stages/*/stage.json), disassembles them with cuobjdump -sass, picks the kernel for the dtype and
 head_dim asked for, and counts opcodes twice: in the whole kernel, and in the main K/V loop. The
 main loop is found without source-line information: it is the longest backward branch whose body
-contains an HMMA. These are static counts (instructions in the code), not executed counts: the loop
+contains an HMMA or HGMMA. These are static counts (instructions in the code), not executed counts: the loop
 body runs once per K/V block, the rest once per thread block. Resource usage (registers, stack,
 local memory) comes from cuobjdump -res-usage. --order also prints, per stage, the order of the
 main loop's ldmatrix, MMA, exp2 and barrier instructions as one line: L = LDSM, T = LDSM .trans,
@@ -32,7 +32,7 @@ import sass
 import stages
 
 REPO = Path(__file__).resolve().parent.parent
-ORDER_SYMBOLS = [("LDSM.16.MT", "T"), ("LDSM", "L"), ("HMMA", "H"), ("MUFU.EX2", "e"), ("BAR.SYNC", "|")]
+ORDER_SYMBOLS = [("LDSM.16.MT", "T"), ("LDSM", "L"), ("HMMA", "H"), ("HGMMA", "G"), ("MUFU.EX2", "e"), ("BAR.SYNC", "|")]
 
 
 def order(instructions):

@@ -1,0 +1,13 @@
+# Tests of the general-attention track (GitHub issue 12): what a stage promises by declaring a
+# feature in its stage.json. Included from tests/CMakeLists.txt after fa_add_cpu_test and
+# fa_add_gpu_test are defined, with include(${CMAKE_CURRENT_SOURCE_DIR}/general.cmake).
+#
+#   ctest --test-dir build -R any_length --output-on-failure
+
+# Validation, no GPU: a stage that declares any_length accepts every length, the others reject what
+# is not a multiple of their tiles; the grid limit counts the partial query block.
+fa_add_cpu_test(test_any_length_validation test_any_length_validation.cpp)
+
+# Every stage that declares any_length, on lengths from 1 to 4097 (seq_q and seq_kv each), against
+# the fp64 reference; skipped without a GPU.
+fa_add_gpu_test(test_gpu_any_length test_gpu_any_length.cpp)
