@@ -7,7 +7,7 @@
 # differently, with gaps: common/harness.h) with fewer keys than queries:
 #
 #   contiguous: fa_run --no-time --stage all --dtype all --head-dim all --layout contiguous --batch 2 --heads 2 --seq 128 --seq-kv 256
-#   mixed:      fa_run --no-time --stage all --dtype all --head-dim all --layout mixed --batch 2 --heads 3 --seq 256 --seq-kv 192
+#   mixed:      fa_run --no-time --stage all --dtype all --head-dim all --layout mixed --batch 2 --heads 3 --seq 256 --seq-kv 384
 #
 # Usage:
 #   scripts/sanitize.sh                          every tool; builds fa_run first (incremental)
@@ -149,7 +149,7 @@ common_args=(--no-time --stage "$stages" --dtype all --head-dim all)
 shapes=(contiguous mixed)
 declare -A shape_args=(
   [contiguous]="--layout contiguous --batch 2 --heads 2 --seq 128 --seq-kv 256"
-  [mixed]="--layout mixed --batch 2 --heads 3 --seq 256 --seq-kv 192"
+  [mixed]="--layout mixed --batch 2 --heads 3 --seq 256 --seq-kv 384"
 )
 runner_args() { # runner_args SHAPE -> fills the array `args_of_shape`
   local shape_part
