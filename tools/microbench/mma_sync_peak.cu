@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/fragment_layout.h"
+#include "common/ptx.cuh"
 #include "tools/microbench/block_spans.cuh"
 #include "tools/microbench/dtypes.cuh"
 #include "tools/microbench/microbench.h"
@@ -54,26 +55,9 @@ FA_HOST_DEVICE inline float operand_value(uint32_t thread, int element) {
   return static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
 }
 
-template <typename T>
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
-template <>
-__device__ __forceinline__ void mma_m16n8k16<__half>(float (&d)[4], const uint32_t (&a)[4],
-                                                     const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <>
-__device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                            const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+// mma_m16n8k16<T>: the project's one wrapper of mma.sync.m16n8k16 (common/ptx.cuh), the
+// instruction every Ampere-style stage runs.
+using fa::mma_m16n8k16;
 
 // checksums[thread] = the sum of the thread's kChains x 4 accumulators after `iters` rounds;
 // spans[block] = where and when the block ran.

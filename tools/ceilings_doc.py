@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The generated table of docs/ceilings.md, from a CSV that scripts/microbench.sh wrote.
 
-    python3 tools/microbench/ceilings_doc.py [--csv PATH]     prints the section (default CSV:
-                                                               plots/results/ceilings_latest.csv)
+    python3 tools/ceilings_doc.py [--csv PATH]     prints the section (default CSV:
+                                                    plots/results/ceilings_latest.csv)
 
 tools/gen_docs.py calls ceilings_section(csv_path) for the part of docs/ceilings.md between
 '<!-- ceilings:begin -->' and '<!-- ceilings:end -->'. Every number comes from the CSV; the only
@@ -16,7 +16,8 @@ import csv
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cli_util import REPO
+from results_csv import number
 DEFAULT_CSV = os.path.join(REPO, "plots", "results", "ceilings_latest.csv")
 
 # Dense fp16/bf16 tensor-core FLOP per clock per SM, with fp32 accumulation. sm_90: 989.4 TFLOP/s
@@ -55,15 +56,6 @@ def read_ceilings_csv(path):
             elif line.strip():
                 lines.append(line)
     return meta, list(csv.DictReader(lines))
-
-
-def number(text):
-    """A CSV cell as a float, or None for an empty, non-numeric or NaN cell."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if value == value else None
 
 
 def rel(path):
