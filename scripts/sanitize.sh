@@ -3,8 +3,8 @@
 # racecheck (shared-memory races), synccheck (barrier misuse) and initcheck (reads of
 # uninitialized global memory). Each tool runs the runner over all stages, both dtypes and both head
 # dims, on two small shapes (the sanitizers slow kernels down by orders of magnitude): contiguous
-# tensors with more keys than queries, and the mixed layout (Q, K, V and O each laid out
-# differently, with gaps: common/harness.h) with fewer keys than queries:
+# tensors with twice as many keys as queries, and the mixed layout (Q, K, V and O each laid out
+# differently, with gaps: common/harness.h) with 1.5 times as many (shapes every stage's tiles divide):
 #
 #   contiguous: fa_run --no-time --stage all --dtype all --head-dim all --layout contiguous --batch 2 --heads 2 --seq 128 --seq-kv 256
 #   mixed:      fa_run --no-time --stage all --dtype all --head-dim all --layout mixed --batch 2 --heads 3 --seq 256 --seq-kv 384
@@ -33,9 +33,14 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 
 say() { printf '[sanitize.sh] %s\n' "$*"; }
-usage() {
-  awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
-  exit 2
+usage() {  # usage [STATUS]: the header comment; 0 and stdout for --help, 2 and stderr for a bad call
+  local status=${1:-2}
+  if [[ $status == 0 ]]; then
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
+  else
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
+  fi
+  exit "$status"
 }
 skip() {
   echo "SKIPPED: $*"
@@ -72,7 +77,7 @@ while (($#)); do
       log_dir=$2
       shift 2
       ;;
-    -h | --help) usage ;;
+    -h | --help) usage 0 ;;
     *)
       echo "sanitize.sh: unknown option $1" >&2
       usage
