@@ -83,8 +83,8 @@ const ReferenceRows& Problem::reference(const CheckOptions& o) {
   const bool same = reference_ && c.full_check_max_rows == o.full_check_max_rows &&
                     c.sampled_rows_per_head == o.sampled_rows_per_head && c.seed == o.seed;
   if (!same) {
-    reference_ =
-        std::make_unique<ReferenceRows>(compute_reference_rows(host_q(), host_k(), host_v(), scale_, o, config_.causal));
+    reference_ = std::make_unique<ReferenceRows>(
+        compute_reference_rows(host_q(), host_k(), host_v(), scale_, o, config_.causal));
     reference_options_ = o;
   }
   return *reference_;

@@ -79,7 +79,8 @@ TEST_CASE("causal: the keys a row sees, aligned to the bottom-right", "[referenc
   CHECK(fa::visible_keys(0, 5, 3, false) == 3);
 }
 
-TEST_CASE("causal reference: a row that sees exactly one key outputs that key's value row", "[reference][causal]") {
+TEST_CASE("causal reference: a row that sees exactly one key outputs that key's value row",
+          "[reference][causal]") {
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     // Row 0 of seq_q == seq_kv == 4, and row 2 of seq_q 5, seq_kv 3, see key 0 alone.
     for (const auto& [seq_q, seq_kv, row] : {std::tuple<int64_t, int64_t, int64_t>{4, 4, 0}, {5, 3, 2}}) {

@@ -147,15 +147,16 @@ TEST_CASE("causal: seq_q == seq_kv", "[gpu][causal]") {
 }
 
 TEST_CASE("causal: seq_q < seq_kv and seq_q > seq_kv (rows that see no key)", "[gpu][causal]") {
-  const std::pair<int64_t, int64_t> pairs[] = {{1, 65},  {7, 129},   {64, 65},   {63, 1000}, {127, 4097},
-                                               {65, 1},  {129, 7},   {65, 64},   {1000, 63}, {300, 129},
-                                               {129, 128}, {128, 129}};
+  const std::pair<int64_t, int64_t> pairs[] = {{1, 65},     {7, 129},   {64, 65},   {63, 1000},
+                                               {127, 4097}, {65, 1},    {129, 7},   {65, 64},
+                                               {1000, 63},  {300, 129}, {129, 128}, {128, 129}};
   for (const auto& [seq_q, seq_kv] : pairs)
-    check_causal_stages("seq_q " + std::to_string(seq_q) + ", seq_kv " + std::to_string(seq_kv), seq_q, seq_kv);
+    check_causal_stages("seq_q " + std::to_string(seq_q) + ", seq_kv " + std::to_string(seq_kv), seq_q,
+                        seq_kv);
 }
 
 TEST_CASE("causal: keys above the diagonal would take their rows if they leaked", "[gpu][causal]") {
-  const std::pair<int64_t, int64_t> pairs[] = {{64, 64}, {129, 129}, {1000, 1000}, {65, 200},
+  const std::pair<int64_t, int64_t> pairs[] = {{64, 64},  {129, 129}, {1000, 1000}, {65, 200},
                                                {200, 65}, {7, 300},   {300, 7}};
   for (const auto& [seq_q, seq_kv] : pairs)
     check_causal_stages("scores rising past the diagonal, seq_q " + std::to_string(seq_q) + ", seq_kv " +

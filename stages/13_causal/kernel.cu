@@ -366,8 +366,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
   // blocks past them lie above the diagonal for every row. < 2^31 blocks: K alone would need 2^44
   // bytes otherwise.
   const int64_t diagonal_offset = p.seq_kv - p.seq_q;  // query i sees keys j <= i + diagonal_offset
-  const int64_t keys_seen = p.causal ? min(max(q_block * kBlockQ + q_rows + diagonal_offset, int64_t{0}), p.seq_kv)
-                                     : p.seq_kv;
+  const int64_t last_row_keys = q_block * kBlockQ + q_rows + diagonal_offset;
+  const int64_t keys_seen = p.causal ? min(max(last_row_keys, int64_t{0}), p.seq_kv) : p.seq_kv;
   const int num_kv_blocks = static_cast<int>((keys_seen + kBlockKV - 1) / kBlockKV);
   const auto keys_in_block = [&](int block) {
     return static_cast<int>(min(p.seq_kv - static_cast<int64_t>(block) * kBlockKV, int64_t{kBlockKV}));
