@@ -169,7 +169,7 @@ std::string CheckResult::summary() const {
 }
 
 ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                                     float softmax_scale, const CheckOptions& options) {
+                                     float softmax_scale, const CheckOptions& options, bool causal) {
   ReferenceRows r;
   const int64_t dim = q.layout.head_dim;
   r.rows = choose_rows(q.layout, options);
@@ -177,8 +177,8 @@ ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, c
   r.baseline.resize(r.rows.size() * dim);
   parallel_for(static_cast<int64_t>(r.rows.size()), [&](int64_t i) {
     const RowId& row = r.rows[i];
-    reference_row_fp64(q, k, v, row.b, row.h, row.s, softmax_scale, &r.ref[i * dim]);
-    baseline_row_lowp(q, k, v, row.b, row.h, row.s, softmax_scale, &r.baseline[i * dim]);
+    reference_row_fp64(q, k, v, row.b, row.h, row.s, softmax_scale, &r.ref[i * dim], causal);
+    baseline_row_lowp(q, k, v, row.b, row.h, row.s, softmax_scale, &r.baseline[i * dim], causal);
   });
   r.inputs_finite = all_finite(q) && all_finite(k) && all_finite(v);
   return r;

@@ -96,8 +96,10 @@ struct ReferenceRows {
   std::vector<float> baseline;  // rows.size() x head_dim, plain low-precision attention
   bool inputs_finite = true;    // q, k and v hold no NaN or Inf
 };
+// causal: the reference and the baseline see only the keys of reference.h's visible_keys().
 ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                                     float softmax_scale, const CheckOptions& options = {});
+                                     float softmax_scale, const CheckOptions& options = {},
+                                     bool causal = false);
 // The output's dtype (o.dtype) sets u and the smallest normal of the rule above.
 CheckResult check_against_reference(const ReferenceRows& reference, const HostTensor& o,
                                     const CheckOptions& options = {});

@@ -61,6 +61,7 @@ AttentionParams Problem::params() const {
   p.seq_kv = config_.seq_kv;
   p.head_dim = config_.head_dim;
   p.softmax_scale = scale_;
+  p.causal = config_.causal;
   return p;
 }
 
@@ -82,8 +83,8 @@ const ReferenceRows& Problem::reference(const CheckOptions& o) {
   const bool same = reference_ && c.full_check_max_rows == o.full_check_max_rows &&
                     c.sampled_rows_per_head == o.sampled_rows_per_head && c.seed == o.seed;
   if (!same) {
-    reference_ =
-        std::make_unique<ReferenceRows>(compute_reference_rows(host_q(), host_k(), host_v(), scale_, o));
+    reference_ = std::make_unique<ReferenceRows>(
+        compute_reference_rows(host_q(), host_k(), host_v(), scale_, o, config_.causal));
     reference_options_ = o;
   }
   return *reference_;

@@ -39,6 +39,7 @@ struct ProblemConfig {
   float softmax_scale = 0.0f;  // 0 means the default, 1/sqrt(head_dim)
   uint64_t seed = 1;
   float q_std = 1.0f, k_std = 1.0f, v_std = 1.0f;  // inputs are N(0, std^2)
+  bool causal = false;  // AttentionParams::causal; the reference masks the same keys
 };
 
 // Device tensors for one attention call, filled with seeded normal data. Gaps in padded layouts
@@ -132,8 +133,13 @@ struct Timing {
 Timing time_stage(const StageInfo& stage, Problem& problem, int warmup, int reps);
 
 // FLOPs of one forward pass: two matmuls of 2 * seq_q * seq_kv * head_dim each, per batch and head.
+// Causal counts the area of the seq_q x seq_kv score matrix on or below the bottom-right diagonal:
+// half of it at seq_q == seq_kv, FlashAttention's benchmark convention (the exact count of visible
+// (query, key) pairs, seq_q (seq_q + 1) / 2, is more by a factor 1 + 1/seq_q).
 inline double attention_flops(const ProblemConfig& c) {
-  return 4.0 * static_cast<double>(c.batch) * c.heads * c.seq_q * c.seq_kv * c.head_dim;
+  const double q = static_cast<double>(c.seq_q), kv = static_cast<double>(c.seq_kv);
+  const double pairs = !c.causal ? q * kv : q <= kv ? q * kv - q * q / 2 : kv * kv / 2;
+  return 4.0 * static_cast<double>(c.batch) * c.heads * pairs * c.head_dim;
 }
 
 }  // namespace fa

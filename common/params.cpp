@@ -79,6 +79,10 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
     err << "seq_kv " << p.seq_kv << " is not a multiple of the block size " << stage.block_kv;
     return Status::error(err.str());
   }
+  if (p.causal && (stage.features & kFeatureCausal) == 0) {
+    err << "causal masking is not supported by this stage (it does not declare the feature \"causal\")";
+    return Status::error(err.str());
+  }
   const TensorView* tensors[4] = {&p.q, &p.k, &p.v, &p.o};
   const char* names[4] = {"q", "k", "v", "o"};
   for (int i = 0; i < 4; ++i) {

@@ -39,6 +39,10 @@ struct AttentionParams {
   int64_t seq_kv = 0;
   int64_t head_dim = 0;
   float softmax_scale = 0.0f;  // set it with default_softmax_scale() unless you want another one
+  // Causal masking aligned to the bottom-right (FlashAttention >= 2.1): query i sees the keys
+  // j <= i + seq_kv - seq_q; a query that sees no key (seq_q > seq_kv) outputs zeros. Only for
+  // stages that declare the feature "causal".
+  bool causal = false;
 };
 
 inline float default_softmax_scale(int64_t head_dim);  // 1 / sqrt(head_dim)

@@ -7,50 +7,59 @@
 
 namespace fa {
 
+int64_t visible_keys(int64_t s, int64_t seq_q, int64_t seq_kv, bool causal) {
+  return causal ? std::clamp<int64_t>(s + seq_kv - seq_q + 1, 0, seq_kv) : seq_kv;
+}
+
 void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
-                        int64_t s, double scale, double* out) {
-  const int64_t seq_kv = k.layout.seq, dim = q.layout.head_dim;
-  std::vector<double> q_row(dim), scores(seq_kv);
+                        int64_t s, double scale, double* out, bool causal) {
+  const int64_t keys = visible_keys(s, q.layout.seq, k.layout.seq, causal), dim = q.layout.head_dim;
+  for (int64_t d = 0; d < dim; ++d) out[d] = 0.0;
+  if (keys == 0) return;  // no key: 0, not the 0 / 0 of an empty softmax
+  std::vector<double> q_row(dim), scores(keys);
   for (int64_t d = 0; d < dim; ++d) q_row[d] = q.at(b, s, h, d);
   double max_score = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < seq_kv; ++j) {
+  for (int64_t j = 0; j < keys; ++j) {
     double dot = 0.0;
     for (int64_t d = 0; d < dim; ++d) dot += q_row[d] * static_cast<double>(k.at(b, j, h, d));
     scores[j] = dot * scale;
     max_score = std::max(max_score, scores[j]);  // a NaN score never wins; it poisons the sum below
   }
   double sum = 0.0;
-  for (int64_t j = 0; j < seq_kv; ++j) {
+  for (int64_t j = 0; j < keys; ++j) {
     scores[j] = std::exp(scores[j] - max_score);
     sum += scores[j];
   }
-  for (int64_t d = 0; d < dim; ++d) out[d] = 0.0;
-  for (int64_t j = 0; j < seq_kv; ++j) {
+  for (int64_t j = 0; j < keys; ++j) {
     const double p = scores[j] / sum;
     for (int64_t d = 0; d < dim; ++d) out[d] += p * static_cast<double>(v.at(b, j, h, d));
   }
 }
 
 void baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
-                       int64_t s, float scale, float* out) {
-  const int64_t seq_kv = k.layout.seq, dim = q.layout.head_dim;
+                       int64_t s, float scale, float* out, bool causal) {
+  const int64_t keys = visible_keys(s, q.layout.seq, k.layout.seq, causal), dim = q.layout.head_dim;
   const DType dtype = q.dtype;
-  std::vector<float> q_row(dim), scores(seq_kv);
+  if (keys == 0) {
+    for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
+    return;
+  }
+  std::vector<float> q_row(dim), scores(keys);
   for (int64_t d = 0; d < dim; ++d) q_row[d] = q.at(b, s, h, d);
   float max_score = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < seq_kv; ++j) {
+  for (int64_t j = 0; j < keys; ++j) {
     float dot = 0.0f;
     for (int64_t d = 0; d < dim; ++d) dot += q_row[d] * k.at(b, j, h, d);
     scores[j] = dot * scale;
     max_score = std::max(max_score, scores[j]);
   }
   float sum = 0.0f;
-  for (int64_t j = 0; j < seq_kv; ++j) {
+  for (int64_t j = 0; j < keys; ++j) {
     scores[j] = std::exp(scores[j] - max_score);
     sum += scores[j];
   }
   std::vector<float> acc(dim, 0.0f);
-  for (int64_t j = 0; j < seq_kv; ++j) {
+  for (int64_t j = 0; j < keys; ++j) {
     const float p = round_to_dtype(scores[j] / sum, dtype);
     for (int64_t d = 0; d < dim; ++d) acc[d] += p * v.at(b, j, h, d);
   }

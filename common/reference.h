@@ -8,9 +8,14 @@
 
 namespace fa {
 
-// out[d] = sum_j softmax_j(scale * q_s . k_j) v_j[d], everything in double precision.
+// The keys query row s sees: all of seq_kv, or with causal masking (aligned to the bottom-right, as
+// in FlashAttention >= 2.1) the first s + seq_kv - seq_q + 1 of them, between 0 and seq_kv.
+int64_t visible_keys(int64_t s, int64_t seq_q, int64_t seq_kv, bool causal);
+
+// out[d] = sum_j softmax_j(scale * q_s . k_j) v_j[d] over the keys j the row sees, everything in
+// double precision. A row that sees no key outputs 0 (as FlashAttention-2 does).
 void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
-                        int64_t s, double scale, double* out);
+                        int64_t s, double scale, double* out, bool causal = false);
 
 // What a straightforward fp16/bf16 attention computes (the baseline of FlashAttention's own
 // tolerance rule): scores and softmax in fp32, the probabilities rounded to the input dtype
@@ -19,6 +24,6 @@ void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTens
 // near the dtype's maximum the output can overflow to inf where the exact answer is finite (the
 // checker then bounds that element's error from the unit roundoff instead: checker.h).
 void baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
-                       int64_t s, float scale, float* out);
+                       int64_t s, float scale, float* out, bool causal = false);
 
 }  // namespace fa

@@ -11,3 +11,12 @@ fa_add_cpu_test(test_any_length_validation test_any_length_validation.cpp)
 # Every stage that declares any_length, on lengths from 1 to 4097 (seq_q and seq_kv each), against
 # the fp64 reference; skipped without a GPU.
 fa_add_gpu_test(test_gpu_any_length test_gpu_any_length.cpp)
+
+# Causal masking, no GPU: the reference's rule on answers known by hand, the launcher contract
+# (only a stage that declares "causal" accepts it) and the FLOPs a causal problem counts.
+fa_add_cpu_test(test_causal_reference test_causal_reference.cpp)
+
+# Every stage that declares causal, seq_q == seq_kv and both ways apart (rows that see no key
+# included), with scores that would let a key above the diagonal take its row if it leaked; every
+# other stage rejects causal and writes nothing. Skipped without a GPU.
+fa_add_gpu_test(test_gpu_causal test_gpu_causal.cpp)

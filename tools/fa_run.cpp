@@ -58,7 +58,7 @@ struct Options {
   int64_t batch = 16, heads = 32, seq_kv = 0;
   std::string layout = "contiguous";
   int warmup = 5, reps = 20;
-  bool time = true, list = false, json = false, help = false;
+  bool time = true, list = false, json = false, help = false, causal = false;
   std::string csv;
 };
 
@@ -83,6 +83,10 @@ void print_help() {
       "  --heads N                  heads                                           [%lld]\n"
       "  --seq N[,N...]             query lengths, one problem each                 [%s]\n"
       "  --seq-kv N                 key/value length                                [each --seq]\n"
+      "  --causal                   causal masking, aligned to the bottom-right (query i sees\n"
+      "                             keys j <= i + seq_kv - seq_q); a stage that does not\n"
+      "                             declare the feature is skipped, and TFLOP/s count the\n"
+      "                             area below the diagonal (half at seq_q == seq_kv)\n"
       "  --layout KIND              memory layout of q, k, v and o                  [%s]\n"
       "                               contiguous         [batch][seq][heads][head_dim], packed\n"
       "                               padded             same order, NaN-filled gaps after every\n"
@@ -96,17 +100,17 @@ void print_help() {
       "                             the median and the minimum are reported         [%d]\n"
       "  --no-time                  check only, time nothing\n"
       "  --csv FILE                 also write the results to FILE: a '# gpu=...' line, then\n"
-      "                             impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,\n"
-      "                             tflops,max_abs_err,rel_l2_err,tolerance,status  [no CSV]\n"
+      "                             impl,dtype,head_dim,batch,heads,causal,seq_q,seq_kv,median_ms,\n"
+      "                             min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status  [no CSV]\n"
       "  --list                     print the linked stages, one a line: name, parent, target,\n"
       "                             tiles (Br, Bc, warps), idea; then exit\n"
       "  --list --json              the same as a JSON array of every StageInfo field\n"
       "  -h, --help                 this text\n"
       "\n"
       "Environment: FA_GIT_REV, the git revision written into the CSV's first line.\n"
-      "Exit status: 0 every result passed its check; 1 some result failed or could not run, or\n"
-      "CUDA is not usable (a driver too old, say); 2 bad usage; 3 nothing to run on: no CUDA device\n"
-      "or no NVIDIA driver (nothing was run).\n",
+      "Exit status: 0 every result passed its check; 1 some result failed or could not run, every\n"
+      "stage was skipped (--causal), or CUDA is not usable (a driver too old, say); 2 bad usage;\n"
+      "3 nothing to run on: no CUDA device or no NVIDIA driver (nothing was run).\n",
       g_program.c_str(), linked.size(), linked.size() == 1 ? "" : "s", linked_names.c_str(),
       defaults.stages.c_str(), defaults.dtypes.c_str(), defaults.head_dims.c_str(),
       static_cast<long long>(defaults.batch), static_cast<long long>(defaults.heads), defaults.seqs.c_str(),
@@ -160,6 +164,8 @@ Options parse(int argc, char** argv) {
       o.list = true;
     else if (arg == "--json")
       o.json = true;
+    else if (arg == "--causal")
+      o.causal = true;
     else if (arg == "--layout")
       o.layout = value();
     else if (arg == "--help" || arg == "-h")
@@ -311,13 +317,13 @@ int main(int argc, char** argv) {
     csv.open(opt.csv);
     if (!csv) usage("cannot write " + opt.csv);
     csv << csv_header_comment();
-    csv << "impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,"
+    csv << "impl,dtype,head_dim,batch,heads,causal,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,"
            "tolerance,status\n";
   }
 
   std::printf("%-18s %-5s %4s %5s %5s %6s %6s %10s %10s %9s %11s %11s  %s\n", "stage", "dtype", "D", "B", "H",
               "Sq", "Skv", "median_ms", "min_ms", "TFLOP/s", "max_abs_err", "rel_l2_err", "check");
-  int failures = 0;
+  int failures = 0, skipped = 0;
   for (DType dtype : dtypes) {
     for (int64_t head_dim : head_dims) {
       for (int64_t seq : seqs) {
@@ -329,13 +335,19 @@ int main(int argc, char** argv) {
         config.head_dim = head_dim;
         config.dtype = dtype;
         config.layout = layout;
+        config.causal = opt.causal;
         Problem problem(config);
         for (const StageInfo* stage : stages) {
           std::fflush(stdout);
-          RunResult run = run_and_check(*stage, problem);
+          // A stage without causal masking would only reject the call: it is skipped, not failed.
+          const bool skip = opt.causal && (stage->features & kFeatureCausal) == 0;
+          RunResult run = skip ? RunResult{} : run_and_check(*stage, problem);
           std::string status = "PASS";
           Timing timing;
-          if (!run.status.ok()) {
+          if (skip) {
+            status = "SKIPPED: the stage does not declare causal";
+            ++skipped;
+          } else if (!run.status.ok()) {
             status = "ERROR: " + run.status.message;
           } else if (!run.check.passed) {
             status = "FAIL: " + run.check.summary();
@@ -350,7 +362,7 @@ int main(int argc, char** argv) {
             }
           }
           const bool ok = status == "PASS";
-          failures += ok ? 0 : 1;
+          failures += ok || skip ? 0 : 1;
           const double tflops =
               ok && opt.time ? attention_flops(config) / (timing.median_ms * 1e-3) / 1e12 : 0.0;
           if (ok && opt.time) {
@@ -370,7 +382,8 @@ int main(int argc, char** argv) {
             for (char& c : clean)
               if (c == ',' || c == '\n') c = ';';
             csv << stage->name << "," << dtype_name(dtype) << "," << head_dim << "," << config.batch << ","
-                << config.heads << "," << config.seq_q << "," << config.seq_kv << ",";
+                << config.heads << "," << (config.causal ? 1 : 0) << "," << config.seq_q << "," << config.seq_kv
+                << ",";
             if (ok && opt.time)
               csv << timing.median_ms << "," << timing.min_ms << "," << tflops << ",";
             else
@@ -385,5 +398,10 @@ int main(int argc, char** argv) {
   }
   if (failures)
     std::printf("\n%d result(s) failed their check or could not run; they have no time.\n", failures);
-  return failures ? 1 : 0;
+  if (skipped)
+    std::printf("\n%d result(s) skipped: --causal on a stage that does not declare it.\n", skipped);
+  const bool nothing_ran = skipped > 0 && skipped == static_cast<int>(dtypes.size() * head_dims.size() *
+                                                                      seqs.size() * stages.size());
+  if (nothing_ran) std::printf("Nothing ran: no selected stage declares causal (see --list --json).\n");
+  return failures || nothing_ran ? 1 : 0;
 }

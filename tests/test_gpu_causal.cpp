@@ -1,0 +1,193 @@
+// Causal masking (GitHub issue 12): every registered stage that declares "causal" in its
+// stage.json, aligned to the bottom-right as in FlashAttention >= 2.1 (query i sees the keys
+// j <= i + seq_kv - seq_q), on seq_q == seq_kv and both ways apart, fp16/bf16 x head_dim 64/128, in
+// the contiguous layout and in the mixed one (ProblemLayout::mixed()), against the fp64 reference.
+//
+// What would show a wrong mask:
+//   * a key above the diagonal that leaks: with "scores rising past the diagonal" every key above
+//     a row's diagonal scores far above every key the row sees, so one leaked key takes the row;
+//   * a diagonal one key off: the same data puts each row's maximum on its diagonal key;
+//   * a row that sees no key (seq_q > seq_kv) must write exactly 0, not NaN (0 / 0) and not the
+//     poison: it is compared to 0 bit for bit, beyond the checker's tolerance;
+//   * a skipped block that should have been visited: the random cases check every row.
+// Every stage that does not declare causal must reject it with an error that says so and write
+// nothing. Without a GPU this program exits with 77 (skipped); without a stage under test
+// (FA_TEST_STAGES) that declares causal, its cases say so in a "SKIPPED:" line (tests/gpu_stages.h).
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/harness.h"
+#include "common/registry.h"
+#include "fa_catch.h"
+#include "gpu_stages.h"
+
+using fa::DType;
+using fa::HostTensor;
+using fa::LayoutKind;
+using fa::Problem;
+using fa::ProblemConfig;
+using fa::ProblemLayout;
+using fa::StageInfo;
+
+namespace {
+
+constexpr int64_t kLengths[] = {1, 7, 64, 65, 128, 129, 1000};
+
+// The stages under test that this GPU runs and that declare causal; none is a skip, not a pass.
+std::vector<const StageInfo*> causal_stages() {
+  std::vector<const StageInfo*> stages;
+  for (const StageInfo* stage : fa_test::runnable_stages())
+    if (stage->features & fa::kFeatureCausal) stages.push_back(stage);
+  if (stages.empty()) fa_test::skip("no stage under test declares causal");
+  return stages;
+}
+
+// Every row where there are few, else the first, the last and 32 random rows of every (batch, head).
+fa::CheckOptions check_options() {
+  fa::CheckOptions options;
+  options.full_check_max_rows = 4096;
+  options.sampled_rows_per_head = 32;
+  return options;
+}
+
+std::string describe(const ProblemConfig& c) {
+  std::ostringstream out;
+  out << fa::dtype_name(c.dtype) << ", D " << c.head_dim << ", B " << c.batch << ", H " << c.heads
+      << ", seq_q " << c.seq_q << ", seq_kv " << c.seq_kv << ", " << c.layout.name() << ", causal";
+  return out.str();
+}
+
+// Small batch and heads where the sequences are long, so that the fp64 reference stays quick.
+ProblemConfig shape(int64_t seq_q, int64_t seq_kv, const ProblemLayout& layout) {
+  ProblemConfig c;
+  const bool long_sequences = std::max(seq_q, seq_kv) >= 1000;
+  c.batch = long_sequences ? 1 : 2;
+  c.heads = long_sequences ? 2 : 3;
+  c.seq_q = seq_q;
+  c.seq_kv = seq_kv;
+  c.layout = layout;
+  c.causal = true;
+  c.seed = static_cast<uint64_t>(seq_q * 7919 + seq_kv);
+  return c;
+}
+
+using EditInputs = std::function<void(Problem&)>;
+
+// Every causal stage on (seq_q, seq_kv) in fp16/bf16 x head_dim 64/128, in the contiguous and the
+// mixed layout. CHECK, not REQUIRE, so one run lists every failing configuration.
+void check_causal_stages(const std::string& scenario, int64_t seq_q, int64_t seq_kv,
+                         const EditInputs& edit = nullptr) {
+  const std::vector<const StageInfo*> stages = causal_stages();
+  for (const ProblemLayout& layout : {ProblemLayout(LayoutKind::kContiguous), ProblemLayout::mixed()}) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (int head_dim : {64, 128}) {
+        ProblemConfig config = shape(seq_q, seq_kv, layout);
+        config.dtype = dtype;
+        config.head_dim = head_dim;
+        Problem problem(config);
+        if (edit) edit(problem);
+        for (const StageInfo* stage : stages) {
+          if (!fa_test::supports(*stage, dtype, head_dim)) continue;
+          const fa::RunResult run = fa::run_and_check(*stage, problem, check_options());
+          INFO(scenario << " | stage " << stage->name << " | " << describe(config));
+          INFO("launch: " << (run.status.ok() ? std::string("ok") : run.status.message));
+          INFO("check: " << run.check.summary());
+          CHECK(run.passed());
+          if (!run.status.ok()) continue;
+          // The rows that see no key (the first seq_q - seq_kv) hold exactly 0.
+          const fa::TensorLayout& l = run.output.layout;
+          int64_t nonzero = 0;
+          for (int64_t b = 0; b < l.batch; ++b)
+            for (int64_t h = 0; h < l.heads; ++h)
+              for (int64_t s = 0; s < seq_q - seq_kv; ++s)
+                for (int64_t d = 0; d < l.head_dim; ++d) nonzero += run.output.at(b, s, h, d) != 0.0f ? 1 : 0;
+          CHECK(nonzero == 0);
+        }
+      }
+    }
+  }
+}
+
+// Row i's scores are (j - i - seq_kv + seq_q) * softmax_scale exactly: 0 on its diagonal key, falling
+// one step per key below it, and rising one step per key above it -- up to several hundred, so a
+// leaked key takes the row. Built from integers small enough to be exact in bf16:
+// q_i = (64, 1, -64 a, -b, 0, ...) and k_j = (j / 64, j % 64, 1, 1, random...) with
+// i + seq_kv - seq_q = 64 a + b (0 <= b < 64), so q_i . k_j = j - (i + seq_kv - seq_q).
+void scores_rising_past_the_diagonal(Problem& problem) {
+  HostTensor q = problem.host_q(), k = problem.host_k();
+  const HostTensor& v = problem.host_v();
+  const int64_t seq_q = q.layout.seq, seq_kv = k.layout.seq;
+  for (int64_t b = 0; b < q.layout.batch; ++b)
+    for (int64_t h = 0; h < q.layout.heads; ++h) {
+      for (int64_t i = 0; i < seq_q; ++i) {
+        const int64_t last_key = i + seq_kv - seq_q;
+        const int64_t high = last_key >= 0 ? last_key / 64 : -((-last_key + 63) / 64);  // floor division
+        const int64_t low = last_key - 64 * high;
+        const float head[4] = {64.0f, 1.0f, -64.0f * static_cast<float>(high), -static_cast<float>(low)};
+        for (int64_t d = 0; d < q.layout.head_dim; ++d) q.set(b, i, h, d, d < 4 ? head[d] : 0.0f);
+      }
+      for (int64_t j = 0; j < seq_kv; ++j) {
+        const float head[4] = {static_cast<float>(j / 64), static_cast<float>(j % 64), 1.0f, 1.0f};
+        for (int64_t d = 0; d < 4; ++d) k.set(b, j, h, d, head[d]);
+      }
+    }
+  problem.set_inputs(q, k, v);
+}
+
+}  // namespace
+
+TEST_CASE("causal: seq_q == seq_kv", "[gpu][causal]") {
+  for (int64_t seq : kLengths) check_causal_stages("seq " + std::to_string(seq), seq, seq);
+}
+
+TEST_CASE("causal: seq_q < seq_kv and seq_q > seq_kv (rows that see no key)", "[gpu][causal]") {
+  const std::pair<int64_t, int64_t> pairs[] = {{1, 65},     {7, 129},   {64, 65},   {63, 1000},
+                                               {127, 4097}, {65, 1},    {129, 7},   {65, 64},
+                                               {1000, 63},  {300, 129}, {129, 128}, {128, 129}};
+  for (const auto& [seq_q, seq_kv] : pairs)
+    check_causal_stages("seq_q " + std::to_string(seq_q) + ", seq_kv " + std::to_string(seq_kv), seq_q,
+                        seq_kv);
+}
+
+TEST_CASE("causal: keys above the diagonal would take their rows if they leaked", "[gpu][causal]") {
+  const std::pair<int64_t, int64_t> pairs[] = {{64, 64},  {129, 129}, {1000, 1000}, {65, 200},
+                                               {200, 65}, {7, 300},   {300, 7}};
+  for (const auto& [seq_q, seq_kv] : pairs)
+    check_causal_stages("scores rising past the diagonal, seq_q " + std::to_string(seq_q) + ", seq_kv " +
+                            std::to_string(seq_kv),
+                        seq_q, seq_kv, scores_rising_past_the_diagonal);
+}
+
+TEST_CASE("causal: a stage that does not declare it rejects it and writes nothing", "[gpu][causal]") {
+  int rejecting = 0;
+  for (const StageInfo* stage : fa_test::runnable_stages()) {
+    if (stage->features & fa::kFeatureCausal) continue;
+    ProblemConfig config;
+    config.batch = 1;
+    config.heads = 2;
+    config.seq_q = config.seq_kv = 2 * std::max(stage->block_q, stage->block_kv);
+    config.head_dim = stage->head_dims.front();
+    config.dtype = stage->dtypes.front();
+    Problem problem(config);
+    INFO("stage " << stage->name);
+    REQUIRE(fa::run_and_check(*stage, problem).passed());  // the same problem, without causal, runs
+    ProblemConfig causal_config = config;
+    causal_config.causal = true;
+    Problem causal_problem(causal_config);
+    const fa::RunResult run = fa::launch_and_download(*stage, causal_problem);
+    REQUIRE_FALSE(run.status.ok());
+    CHECK(run.status.message.find(stage->name) != std::string::npos);
+    CHECK(run.status.message.find("causal") != std::string::npos);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    const HostTensor untouched = causal_problem.o().download();
+    CHECK(std::all_of(untouched.raw.begin(), untouched.raw.end(), [](uint16_t x) { return x == 0xFFFF; }));
+    ++rejecting;
+  }
+  if (rejecting == 0) fa_test::skip("no stage under test lacks causal");
+}
