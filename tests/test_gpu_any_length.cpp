@@ -26,6 +26,7 @@
 #include "common/harness.h"
 #include "common/registry.h"
 #include "fa_catch.h"
+#include "general_stages.h"
 #include "gpu_stages.h"
 
 using fa::DType;
@@ -40,76 +41,22 @@ namespace {
 
 constexpr int64_t kLengths[] = {1, 7, 63, 64, 65, 127, 129, 1000, 4097};
 
-// The stages under test that this GPU runs and that declare any_length; none is a skip, not a pass.
 std::vector<const StageInfo*> any_length_stages() {
-  std::vector<const StageInfo*> stages;
-  for (const StageInfo* stage : fa_test::runnable_stages())
-    if (stage->features & fa::kFeatureAnyLength) stages.push_back(stage);
-  if (stages.empty()) fa_test::skip("no stage under test declares any_length");
-  return stages;
+  return fa_test::stages_with(fa::kFeatureAnyLength, "any_length");
 }
 
-// Every row where there are few, else the first, the last and 32 random rows of every (batch, head):
-// the last row of a sequence is always checked, and with it the partial query block.
-fa::CheckOptions check_options() {
-  fa::CheckOptions options;
-  options.full_check_max_rows = 4096;
-  options.sampled_rows_per_head = 32;
-  return options;
-}
-
-std::string describe(const ProblemConfig& c) {
-  std::ostringstream out;
-  out << fa::dtype_name(c.dtype) << ", D " << c.head_dim << ", B " << c.batch << ", H " << c.heads
-      << ", seq_q " << c.seq_q << ", seq_kv " << c.seq_kv << ", " << c.layout.name();
-  return out.str();
-}
-
-// Small batch and heads where the sequences are long, so that the fp64 reference stays quick.
-ProblemConfig shape(int64_t seq_q, int64_t seq_kv, const ProblemLayout& layout) {
-  ProblemConfig c;
-  const bool long_sequences = std::max(seq_q, seq_kv) >= 1000;
-  c.batch = long_sequences ? 1 : 2;
-  c.heads = long_sequences ? 2 : 3;
-  c.seq_q = seq_q;
-  c.seq_kv = seq_kv;
-  c.layout = layout;
-  c.seed = static_cast<uint64_t>(seq_q * 7919 + seq_kv);
-  return c;
-}
-
-using EditInputs = std::function<void(Problem&)>;
-
-// Every any_length stage on `base` in fp16/bf16 x head_dim 64/128, in the contiguous and the mixed
+// Every any_length stage on (seq_q, seq_kv) in fp16/bf16 x head_dim 64/128, in the contiguous and the mixed
 // layout. CHECK, not REQUIRE, so one run lists every failing configuration.
 void check_any_length_stages(const std::string& scenario, int64_t seq_q, int64_t seq_kv,
-                             const EditInputs& edit = nullptr) {
-  const std::vector<const StageInfo*> stages = any_length_stages();
-  for (const ProblemLayout& layout : {ProblemLayout(LayoutKind::kContiguous), ProblemLayout::mixed()}) {
-    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-      for (int head_dim : {64, 128}) {
-        ProblemConfig config = shape(seq_q, seq_kv, layout);
-        config.dtype = dtype;
-        config.head_dim = head_dim;
-        Problem problem(config);
-        if (edit) edit(problem);
-        for (const StageInfo* stage : stages) {
-          if (!fa_test::supports(*stage, dtype, head_dim)) continue;
-          const fa::RunResult run = fa::run_and_check(*stage, problem, check_options());
-          INFO(scenario << " | stage " << stage->name << " | " << describe(config));
-          INFO("launch: " << (run.status.ok() ? std::string("ok") : run.status.message));
-          INFO("check: " << run.check.summary());
-          CHECK(run.passed());
-          if (!run.status.ok()) continue;
-          // Nothing outside the tensor's rows was written: exactly its elements lost the poison
-          // (0xFFFF, which no conversion to 16 bits produces).
-          const int64_t written = static_cast<int64_t>(run.output.raw.size()) -
-                                  std::count(run.output.raw.begin(), run.output.raw.end(), uint16_t{0xFFFF});
-          CHECK(written == run.output.layout.logical_elems());
-        }
-      }
-    }
-  }
+                             const fa_test::EditInputs& edit = nullptr) {
+  fa_test::check_general_stages(
+      any_length_stages(), scenario, seq_q, seq_kv, /*causal=*/false, edit, [&](const fa::RunResult& run) {
+        // Nothing outside the tensor's rows was written: exactly its elements lost the poison
+        // (0xFFFF, which no conversion to 16 bits produces).
+        const int64_t written = static_cast<int64_t>(run.output.raw.size()) -
+                                std::count(run.output.raw.begin(), run.output.raw.end(), uint16_t{0xFFFF});
+        CHECK(written == run.output.layout.logical_elems());
+      });
 }
 
 // q >= 0 and k = -2 |k| everywhere: every real score is negative (about -1.28 sqrt(D) at the

@@ -25,6 +25,7 @@
 #include "common/harness.h"
 #include "common/registry.h"
 #include "fa_catch.h"
+#include "general_stages.h"
 #include "gpu_stages.h"
 
 using fa::DType;
@@ -39,79 +40,26 @@ namespace {
 
 constexpr int64_t kLengths[] = {1, 7, 64, 65, 128, 129, 1000};
 
-// The stages under test that this GPU runs and that declare causal; none is a skip, not a pass.
 std::vector<const StageInfo*> causal_stages() {
-  std::vector<const StageInfo*> stages;
-  for (const StageInfo* stage : fa_test::runnable_stages())
-    if (stage->features & fa::kFeatureCausal) stages.push_back(stage);
-  if (stages.empty()) fa_test::skip("no stage under test declares causal");
-  return stages;
+  return fa_test::stages_with(fa::kFeatureCausal, "causal");
 }
-
-// Every row where there are few, else the first, the last and 32 random rows of every (batch, head).
-fa::CheckOptions check_options() {
-  fa::CheckOptions options;
-  options.full_check_max_rows = 4096;
-  options.sampled_rows_per_head = 32;
-  return options;
-}
-
-std::string describe(const ProblemConfig& c) {
-  std::ostringstream out;
-  out << fa::dtype_name(c.dtype) << ", D " << c.head_dim << ", B " << c.batch << ", H " << c.heads
-      << ", seq_q " << c.seq_q << ", seq_kv " << c.seq_kv << ", " << c.layout.name() << ", causal";
-  return out.str();
-}
-
-// Small batch and heads where the sequences are long, so that the fp64 reference stays quick.
-ProblemConfig shape(int64_t seq_q, int64_t seq_kv, const ProblemLayout& layout) {
-  ProblemConfig c;
-  const bool long_sequences = std::max(seq_q, seq_kv) >= 1000;
-  c.batch = long_sequences ? 1 : 2;
-  c.heads = long_sequences ? 2 : 3;
-  c.seq_q = seq_q;
-  c.seq_kv = seq_kv;
-  c.layout = layout;
-  c.causal = true;
-  c.seed = static_cast<uint64_t>(seq_q * 7919 + seq_kv);
-  return c;
-}
-
-using EditInputs = std::function<void(Problem&)>;
 
 // Every causal stage on (seq_q, seq_kv) in fp16/bf16 x head_dim 64/128, in the contiguous and the
 // mixed layout. CHECK, not REQUIRE, so one run lists every failing configuration.
 void check_causal_stages(const std::string& scenario, int64_t seq_q, int64_t seq_kv,
-                         const EditInputs& edit = nullptr) {
-  const std::vector<const StageInfo*> stages = causal_stages();
-  for (const ProblemLayout& layout : {ProblemLayout(LayoutKind::kContiguous), ProblemLayout::mixed()}) {
-    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-      for (int head_dim : {64, 128}) {
-        ProblemConfig config = shape(seq_q, seq_kv, layout);
-        config.dtype = dtype;
-        config.head_dim = head_dim;
-        Problem problem(config);
-        if (edit) edit(problem);
-        for (const StageInfo* stage : stages) {
-          if (!fa_test::supports(*stage, dtype, head_dim)) continue;
-          const fa::RunResult run = fa::run_and_check(*stage, problem, check_options());
-          INFO(scenario << " | stage " << stage->name << " | " << describe(config));
-          INFO("launch: " << (run.status.ok() ? std::string("ok") : run.status.message));
-          INFO("check: " << run.check.summary());
-          CHECK(run.passed());
-          if (!run.status.ok()) continue;
-          // The rows that see no key (the first seq_q - seq_kv) hold exactly 0.
-          const fa::TensorLayout& l = run.output.layout;
-          int64_t nonzero = 0;
-          for (int64_t b = 0; b < l.batch; ++b)
-            for (int64_t h = 0; h < l.heads; ++h)
-              for (int64_t s = 0; s < seq_q - seq_kv; ++s)
-                for (int64_t d = 0; d < l.head_dim; ++d) nonzero += run.output.at(b, s, h, d) != 0.0f ? 1 : 0;
-          CHECK(nonzero == 0);
-        }
-      }
-    }
-  }
+                         const fa_test::EditInputs& edit = nullptr) {
+  fa_test::check_general_stages(causal_stages(), scenario, seq_q, seq_kv, /*causal=*/true, edit,
+                                [&](const fa::RunResult& run) {
+                                  // The rows that see no key (the first seq_q - seq_kv) hold exactly 0.
+                                  const fa::TensorLayout& l = run.output.layout;
+                                  int64_t nonzero = 0;
+                                  for (int64_t b = 0; b < l.batch; ++b)
+                                    for (int64_t h = 0; h < l.heads; ++h)
+                                      for (int64_t s = 0; s < seq_q - seq_kv; ++s)
+                                        for (int64_t d = 0; d < l.head_dim; ++d)
+                                          nonzero += run.output.at(b, s, h, d) != 0.0f ? 1 : 0;
+                                  CHECK(nonzero == 0);
+                                });
 }
 
 // Row i's scores are (j - i - seq_kv + seq_q) * softmax_scale exactly: 0 on its diagonal key, falling
