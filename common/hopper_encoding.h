@@ -67,6 +67,16 @@
 //    accumulators of columns 16kk .. 16kk+15 (registers 8kk .. 8kk+7), packed in pairs, are the A
 //    operand of P V for k-step kk: mma.sync's P-in-registers repack (fragment_layout.h:
 //    p_frag_s_tile, p_frag_s_entry) carries over unchanged.
+//
+// 7. The TMA tensor map of one [batch, seq, heads, head_dim] operand (CUDA driver API,
+//    cuTensorMapEncodeTiled; PTX ISA "Tensor copy": cp.async.bulk.tensor). A rank-4 map whose
+//    dimensions run fastest first: {head_dim, seq, heads, batch}; the three outer strides are in
+//    bytes (dimension 0 is contiguous) and must be multiples of 16 (so are our strides: multiples
+//    of 8 16-bit elements, validate_params). One copy moves a box of {64, rows, 1, 1} elements: 64
+//    16-bit elements are one 128-byte swizzled row, so with CU_TENSOR_MAP_SWIZZLE_128B the box lands
+//    in shared memory exactly as one panel of section 4 (chunk c of row r at chunk c ^ (r % 8)),
+//    provided its destination is 1024-byte aligned. A head_dim-128 tile is two boxes, at head-dim
+//    coordinates 0 and 64, one panel apart.
 #pragma once
 
 #include <cstdint>
@@ -197,6 +207,31 @@ FA_HOST_DEVICE constexpr int wgmma_a_row(int thread, int e) {
 }
 FA_HOST_DEVICE constexpr int wgmma_a_col(int thread, int e) {
   return 2 * (thread % 4) + e % 2 + 8 * (e / 4);
+}
+
+// ---- 7. the TMA tensor map of a [batch, seq, heads, head_dim] operand -----------------------------
+constexpr int kTmaRank = 4;
+constexpr int kTmaBoxCols = kSwizzle128RowBytes / 2;  // 64 16-bit elements: one swizzled row
+
+struct TmaTileGeometry {
+  uint64_t dims[kTmaRank];               // {head_dim, seq, heads, batch}, elements
+  uint64_t strides_bytes[kTmaRank - 1];  // of dims 1..3 (dim 0 is contiguous)
+  uint32_t box[kTmaRank];                // {64, box_rows, 1, 1}
+  int boxes_per_tile;                    // head_dim / 64: one panel each
+  uint32_t box_bytes;                    // what one copy delivers (its expect_tx share)
+};
+
+FA_HOST_DEVICE constexpr TmaTileGeometry tma_tile_geometry(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                                           int64_t batch_stride, int64_t seq_stride,
+                                                           int64_t head_stride, int elem_bytes, int box_rows) {
+  return TmaTileGeometry{
+      {static_cast<uint64_t>(head_dim), static_cast<uint64_t>(seq), static_cast<uint64_t>(heads),
+       static_cast<uint64_t>(batch)},
+      {static_cast<uint64_t>(seq_stride * elem_bytes), static_cast<uint64_t>(head_stride * elem_bytes),
+       static_cast<uint64_t>(batch_stride * elem_bytes)},
+      {static_cast<uint32_t>(kSwizzle128RowBytes / elem_bytes), static_cast<uint32_t>(box_rows), 1u, 1u},
+      static_cast<int>(head_dim * elem_bytes / kSwizzle128RowBytes),
+      static_cast<uint32_t>(box_rows * kSwizzle128RowBytes)};
 }
 
 }  // namespace fa

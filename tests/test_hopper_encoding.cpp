@@ -10,7 +10,9 @@
 //     tile layout stores each element, under a model of the hardware's address generation written
 //     from the PTX ISA's canonical layouts;
 //   - the A operand from registers: the S accumulators, repacked as the kernels do, are exactly
-//     the A fragment of P V.
+//     the A fragment of P V;
+//   - the TMA tile geometry: the tensor map's dimensions and strides address what a TensorView
+//     addresses, and a tile's boxes land, swizzled by the copy engine, where the panels expect them.
 // The GPU check of the same encodings is the wgmma microbenchmark's tile check
 // (tools/microbench/wgmma_peak.cu, run by scripts/microbench.sh: K-major, one panel) and, for the
 // panels, the MN-major descriptor and the register A operand, the fp64-checked attention of stage
@@ -331,4 +333,54 @@ TEST_CASE("wgmma register A operand: the S accumulators repacked are P's A fragm
             REQUIRE(fa::wgmma_acc_row(t, acc) == fa::wgmma_a_row(t, e));
             REQUIRE(fa::wgmma_acc_col(t, acc) == 16 * kk + fa::wgmma_a_col(t, e));
           }
+}
+
+// TMA (hopper_encoding.h, section 7): the map's dimensions and byte strides address exactly the
+// element a TensorView addresses, and the boxes a tile is loaded as land, under the copy engine's
+// 128-byte swizzle (PTX ISA "Tensor copy", swizzle modes: the 16-byte chunk index within each 128-byte
+// row XORed with the row's index mod 8, repeating every 1024 bytes), exactly where the panel layout
+// that the wgmma descriptors read expects each element.
+TEST_CASE("TMA tile geometry: strides address the TensorView's elements, boxes land as the panels", "[hopper][tma]") {
+  for (int head_dim : {64, 128}) {
+    for (int box_rows : {64, 128}) {
+      INFO("head_dim " << head_dim << ", box rows " << box_rows);
+      // A layout where every stride differs and none is the contiguous one: [batch, heads, seq, dim]
+      // with padding, so that a swapped dimension or stride would show.
+      const int64_t batch = 3, seq = 512, heads = 5;
+      const int64_t seq_stride = head_dim + 8, head_stride = seq * seq_stride + 16,
+                    batch_stride = heads * head_stride + 24;
+      const fa::TmaTileGeometry g =
+          fa::tma_tile_geometry(batch, seq, heads, head_dim, batch_stride, seq_stride, head_stride, 2, box_rows);
+      CHECK(g.dims[0] == static_cast<uint64_t>(head_dim));
+      CHECK(g.dims[1] == static_cast<uint64_t>(seq));
+      CHECK(g.dims[2] == static_cast<uint64_t>(heads));
+      CHECK(g.dims[3] == static_cast<uint64_t>(batch));
+      for (uint64_t stride : g.strides_bytes) CHECK(stride % 16 == 0);  // the copy engine's rule
+      for (int64_t b : {int64_t{0}, batch - 1})
+        for (int64_t s : {int64_t{0}, int64_t{1}, seq - 1})
+          for (int64_t h : {int64_t{0}, heads - 1})
+            for (int64_t d : {int64_t{0}, int64_t{head_dim - 1}}) {
+              const uint64_t map_bytes =
+                  2 * d + s * g.strides_bytes[0] + h * g.strides_bytes[1] + b * g.strides_bytes[2];
+              CHECK(map_bytes == static_cast<uint64_t>(2 * (b * batch_stride + s * seq_stride + h * head_stride + d)));
+            }
+      // The box: 64 elements (128 bytes, the swizzle span) by box_rows rows, one head, one batch.
+      CHECK(g.box[0] * 2 == 128);
+      CHECK(g.box[1] == static_cast<uint32_t>(box_rows));
+      CHECK(g.box[2] == 1);
+      CHECK(g.box[3] == 1);
+      CHECK(g.boxes_per_tile * g.box[0] == static_cast<uint32_t>(head_dim));
+      CHECK(g.box_bytes == g.box[0] * g.box[1] * 2);
+      // Box p of a tile covers columns 64p.. and is written box_bytes * p after the tile's start.
+      int mismatches = 0;
+      for (int row = 0; row < box_rows; ++row)
+        for (int col = 0; col < head_dim; ++col) {
+          const int box = col / static_cast<int>(g.box[0]);
+          const uint32_t linear = row * 128u + 2u * (col % g.box[0]);
+          const uint32_t tma_byte = box * g.box_bytes + (linear ^ (((linear >> 7) & 7u) << 4));
+          if (tma_byte != fa::swizzle128_panel_offset(row, 2 * col, box_rows)) ++mismatches;
+        }
+      CHECK(mismatches == 0);
+    }
+  }
 }
