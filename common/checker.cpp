@@ -6,6 +6,8 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -172,6 +174,11 @@ ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, c
                                      float softmax_scale, const CheckOptions& options, bool causal) {
   ReferenceRows r;
   const int64_t dim = q.layout.head_dim;
+  // Shapes first, in this thread: an exception in the workers below would end the program.
+  if (k.layout.heads != v.layout.heads)
+    throw std::invalid_argument("k and v have different head counts (" + std::to_string(k.layout.heads) +
+                                " and " + std::to_string(v.layout.heads) + ")");
+  kv_head_of(0, q.layout.heads, k.layout.heads);  // throws where kv_heads does not divide heads
   r.rows = choose_rows(q.layout, options);
   r.ref.resize(r.rows.size() * dim);
   r.baseline.resize(r.rows.size() * dim);

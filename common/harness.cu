@@ -33,9 +33,9 @@ Problem::Problem(const ProblemConfig& config)
       scale_(config.softmax_scale != 0.0f ? config.softmax_scale : default_softmax_scale(config.head_dim)),
       q_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout.q),
          config.dtype),
-      k_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout.k),
+      k_(TensorLayout::make(config.batch, config.seq_kv, kv_heads(), config.head_dim, config.layout.k),
          config.dtype),
-      v_(TensorLayout::make(config.batch, config.seq_kv, config.heads, config.head_dim, config.layout.v),
+      v_(TensorLayout::make(config.batch, config.seq_kv, kv_heads(), config.head_dim, config.layout.v),
          config.dtype),
       o_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout.o),
          config.dtype) {
@@ -57,6 +57,7 @@ AttentionParams Problem::params() const {
   p.o = o_.view();
   p.batch = config_.batch;
   p.heads = config_.heads;
+  p.kv_heads = kv_heads();
   p.seq_q = config_.seq_q;
   p.seq_kv = config_.seq_kv;
   p.head_dim = config_.head_dim;

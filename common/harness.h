@@ -34,6 +34,9 @@ struct ProblemLayout {
 
 struct ProblemConfig {
   int64_t batch = 1, heads = 1, seq_q = 128, seq_kv = 128, head_dim = 64;
+  // Key/value heads (AttentionParams::kv_heads); 0 means as many as heads. The problem allocates K
+  // and V with this many heads and passes the same number to the launcher, so the two cannot disagree.
+  int64_t kv_heads = 0;
   DType dtype = DType::kFloat16;
   ProblemLayout layout = LayoutKind::kContiguous;
   float softmax_scale = 0.0f;  // 0 means the default, 1/sqrt(head_dim)
@@ -49,6 +52,7 @@ class Problem {
   explicit Problem(const ProblemConfig& config);
 
   const ProblemConfig& config() const { return config_; }
+  int64_t kv_heads() const { return config_.kv_heads > 0 ? config_.kv_heads : config_.heads; }
   float softmax_scale() const { return scale_; }
   AttentionParams params() const;
 

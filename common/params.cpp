@@ -63,6 +63,16 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
         << ", seq_kv " << p.seq_kv << ", head_dim " << p.head_dim << ")";
     return Status::error(err.str());
   }
+  if (p.kv_heads <= 0 || p.heads % p.kv_heads != 0) {
+    err << "kv_heads " << p.kv_heads << " must be at least 1 and divide heads " << p.heads
+        << " (set kv_heads = heads without grouped-query attention)";
+    return Status::error(err.str());
+  }
+  if (p.kv_heads != p.heads && (stage.features & kFeatureGqa) == 0) {
+    err << "grouped-query attention (kv_heads " << p.kv_heads << " != heads " << p.heads
+        << ") is not supported by this stage (it does not declare the feature \"gqa\")";
+    return Status::error(err.str());
+  }
   if (std::find(stage.head_dims.begin(), stage.head_dims.end(), p.head_dim) == stage.head_dims.end()) {
     err << "head_dim " << p.head_dim << " is not supported (supported:";
     for (int d : stage.head_dims) err << " " << d;

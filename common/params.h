@@ -29,12 +29,18 @@ struct TensorView {
   int64_t head_stride = 0;
 };
 
-// O = softmax(Q K^T * softmax_scale) V, per batch and head.
-// q/o: [batch, seq_q, heads, head_dim]; k/v: [batch, seq_kv, heads, head_dim].
+// O = softmax(Q K^T * softmax_scale) V, per batch and query head.
+// q/o: [batch, seq_q, heads, head_dim]; k/v: [batch, seq_kv, kv_heads, head_dim].
 struct AttentionParams {
   TensorView q, k, v, o;
   int64_t batch = 0;
   int64_t heads = 0;
+  // Key/value heads: query head h reads key/value head h / (heads / kv_heads). Always set it: equal
+  // to heads for plain multi-head attention; fewer (dividing heads) for grouped-query attention, 1
+  // for multi-query attention, only with stages that declare the feature "gqa". There is no default:
+  // 0 is rejected, because a caller that forgot it while passing K and V with fewer heads would
+  // otherwise have the kernel read past them.
+  int64_t kv_heads = 0;
   int64_t seq_q = 0;
   int64_t seq_kv = 0;
   int64_t head_dim = 0;

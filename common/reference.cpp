@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace fa {
@@ -11,9 +13,17 @@ int64_t visible_keys(int64_t s, int64_t seq_q, int64_t seq_kv, bool causal) {
   return causal ? std::clamp<int64_t>(s + seq_kv - seq_q + 1, 0, seq_kv) : seq_kv;
 }
 
+int64_t kv_head_of(int64_t h, int64_t heads, int64_t kv_heads) {
+  if (kv_heads <= 0 || heads % kv_heads != 0)
+    throw std::invalid_argument("kv_heads " + std::to_string(kv_heads) + " does not divide heads " +
+                                std::to_string(heads));
+  return h / (heads / kv_heads);
+}
+
 void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
                         int64_t s, double scale, double* out, bool causal) {
   const int64_t keys = visible_keys(s, q.layout.seq, k.layout.seq, causal), dim = q.layout.head_dim;
+  const int64_t kv_h = kv_head_of(h, q.layout.heads, k.layout.heads);
   for (int64_t d = 0; d < dim; ++d) out[d] = 0.0;
   if (keys == 0) return;  // no key: 0, not the 0 / 0 of an empty softmax
   std::vector<double> q_row(dim), scores(keys);
@@ -21,7 +31,7 @@ void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTens
   double max_score = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < keys; ++j) {
     double dot = 0.0;
-    for (int64_t d = 0; d < dim; ++d) dot += q_row[d] * static_cast<double>(k.at(b, j, h, d));
+    for (int64_t d = 0; d < dim; ++d) dot += q_row[d] * static_cast<double>(k.at(b, j, kv_h, d));
     scores[j] = dot * scale;
     max_score = std::max(max_score, scores[j]);  // a NaN score never wins; it poisons the sum below
   }
@@ -32,13 +42,14 @@ void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTens
   }
   for (int64_t j = 0; j < keys; ++j) {
     const double p = scores[j] / sum;
-    for (int64_t d = 0; d < dim; ++d) out[d] += p * static_cast<double>(v.at(b, j, h, d));
+    for (int64_t d = 0; d < dim; ++d) out[d] += p * static_cast<double>(v.at(b, j, kv_h, d));
   }
 }
 
 void baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
                        int64_t s, float scale, float* out, bool causal) {
   const int64_t keys = visible_keys(s, q.layout.seq, k.layout.seq, causal), dim = q.layout.head_dim;
+  const int64_t kv_h = kv_head_of(h, q.layout.heads, k.layout.heads);
   const DType dtype = q.dtype;
   if (keys == 0) {
     for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
@@ -49,7 +60,7 @@ void baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTenso
   float max_score = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < keys; ++j) {
     float dot = 0.0f;
-    for (int64_t d = 0; d < dim; ++d) dot += q_row[d] * k.at(b, j, h, d);
+    for (int64_t d = 0; d < dim; ++d) dot += q_row[d] * k.at(b, j, kv_h, d);
     scores[j] = dot * scale;
     max_score = std::max(max_score, scores[j]);
   }
@@ -61,7 +72,7 @@ void baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTenso
   std::vector<float> acc(dim, 0.0f);
   for (int64_t j = 0; j < keys; ++j) {
     const float p = round_to_dtype(scores[j] / sum, dtype);
-    for (int64_t d = 0; d < dim; ++d) acc[d] += p * v.at(b, j, h, d);
+    for (int64_t d = 0; d < dim; ++d) acc[d] += p * v.at(b, j, kv_h, d);
   }
   for (int64_t d = 0; d < dim; ++d) out[d] = round_to_dtype(acc[d], dtype);
 }

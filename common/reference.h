@@ -12,8 +12,14 @@ namespace fa {
 // in FlashAttention >= 2.1) the first s + seq_kv - seq_q + 1 of them, between 0 and seq_kv.
 int64_t visible_keys(int64_t s, int64_t seq_q, int64_t seq_kv, bool causal);
 
+// The key/value head that query head h reads with grouped-query attention: heads / kv_heads
+// consecutive query heads share one (AttentionParams::kv_heads). The reference takes heads from q
+// and kv_heads from k and v; it throws std::invalid_argument where kv_heads does not divide heads.
+int64_t kv_head_of(int64_t h, int64_t heads, int64_t kv_heads);
+
 // out[d] = sum_j softmax_j(scale * q_s . k_j) v_j[d] over the keys j the row sees, everything in
-// double precision. A row that sees no key outputs 0 (as FlashAttention-2 does).
+// double precision; k and v are those of query head h's key/value head (kv_head_of). A row that
+// sees no key outputs 0 (as FlashAttention-2 does).
 void reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
                         int64_t s, double scale, double* out, bool causal = false);
 

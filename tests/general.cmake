@@ -20,3 +20,13 @@ fa_add_cpu_test(test_causal_reference test_causal_reference.cpp)
 # included), with scores that would let a key above the diagonal take its row if it leaked; every
 # other stage rejects causal and writes nothing. Skipped without a GPU.
 fa_add_gpu_test(test_gpu_causal test_gpu_causal.cpp)
+
+# Grouped-query attention, no GPU: which key/value head a query head reads, the reference with
+# fewer key/value heads (equal to multi-head attention on K and V with each head repeated), and the
+# launcher contract for kv_heads.
+fa_add_cpu_test(test_gqa_reference test_gqa_reference.cpp)
+
+# Every stage that declares gqa, with 8 query heads and 8, 4, 2 or 1 key/value heads, any length,
+# causal and not; V set to each head's number, so the output names the head a row read; every other
+# stage rejects kv_heads != heads and writes nothing. Skipped without a GPU.
+fa_add_gpu_test(test_gpu_gqa test_gpu_gqa.cpp)

@@ -1,7 +1,7 @@
-// What the general-attention GPU tests (tests/test_gpu_any_length.cpp, tests/test_gpu_causal.cpp)
-// share: the stages declaring a feature, the shapes, and the loop that checks each of them on one
-// problem in fp16/bf16 x head_dim 64/128 and in the contiguous and the mixed layout. Include it after
-// gpu_stages.h, in one source file of a test program.
+// What the general-attention GPU tests (tests/test_gpu_any_length.cpp, tests/test_gpu_causal.cpp,
+// tests/test_gpu_gqa.cpp, ...) share: the stages declaring a feature, the shapes, and the loop that
+// checks each of them on one problem in fp16/bf16 x head_dim 64/128 and in the contiguous and the
+// mixed layout. Include it after gpu_stages.h, in one source file of a test program.
 #pragma once
 
 #include <algorithm>
@@ -40,6 +40,7 @@ inline std::string describe_general(const fa::ProblemConfig& c) {
   out << fa::dtype_name(c.dtype) << ", D " << c.head_dim << ", B " << c.batch << ", H " << c.heads
       << ", seq_q " << c.seq_q << ", seq_kv " << c.seq_kv << ", " << c.layout.name()
       << (c.causal ? ", causal" : "");
+  if (c.kv_heads > 0) out << ", kv_heads " << c.kv_heads;
   return out.str();
 }
 
@@ -60,14 +61,15 @@ inline fa::ProblemConfig general_shape(int64_t seq_q, int64_t seq_kv, const fa::
 
 using EditInputs = std::function<void(fa::Problem&)>;
 using CheckOutput = std::function<void(const fa::RunResult&)>;  // more assertions on a launched run
+using Configure = std::function<void(fa::ProblemConfig&)>;      // heads, kv_heads, ... of a test's own
 
 // Every stage of `stages` on (seq_q, seq_kv) in fp16/bf16 x head_dim 64/128, in the contiguous and
 // the mixed layout, each checked against the fp64 reference; `check_output` adds the test's own
-// assertions on every run that launched. CHECK, not REQUIRE, so one run lists every failing
-// configuration.
+// assertions on every run that launched; `configure` may change the shape's other fields (after
+// general_shape). CHECK, not REQUIRE, so one run lists every failing configuration.
 inline void check_general_stages(const std::vector<const fa::StageInfo*>& stages, const std::string& scenario,
                                  int64_t seq_q, int64_t seq_kv, bool causal, const EditInputs& edit,
-                                 const CheckOutput& check_output) {
+                                 const CheckOutput& check_output, const Configure& configure = nullptr) {
   for (const fa::ProblemLayout& layout :
        {fa::ProblemLayout(fa::LayoutKind::kContiguous), fa::ProblemLayout::mixed()}) {
     for (fa::DType dtype : {fa::DType::kFloat16, fa::DType::kBFloat16}) {
@@ -75,6 +77,7 @@ inline void check_general_stages(const std::vector<const fa::StageInfo*>& stages
         fa::ProblemConfig config = general_shape(seq_q, seq_kv, layout, causal);
         config.dtype = dtype;
         config.head_dim = head_dim;
+        if (configure) configure(config);
         fa::Problem problem(config);
         if (edit) edit(problem);
         for (const fa::StageInfo* stage : stages) {

@@ -24,6 +24,7 @@ AttentionParams params_of(const StageInfo& stage, int64_t batch, int64_t heads, 
   AttentionParams p;
   p.batch = batch;
   p.heads = heads;
+  p.kv_heads = heads;
   p.seq_q = seq_q;
   p.seq_kv = seq_kv;
   p.head_dim = stage.head_dims.front();

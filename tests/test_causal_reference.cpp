@@ -144,7 +144,7 @@ TEST_CASE("causal: a stage that does not declare it rejects it; a stage that doe
   for (const fa::StageInfo* stage : fa::registered_stages()) {
     fa::AttentionParams p;
     p.batch = 1;
-    p.heads = 2;
+    p.heads = p.kv_heads = 2;
     p.seq_q = p.seq_kv = 4 * stage->block_q * stage->block_kv;
     p.head_dim = stage->head_dims.front();
     p.softmax_scale = fa::default_softmax_scale(p.head_dim);

@@ -921,6 +921,16 @@ std::vector<InvalidCase> invalid_cases(const StageInfo& stage, const AttentionPa
         {"seq_kv " + std::to_string(seq_kv), "multiple", std::to_string(stage.block_kv)});
   }
 
+  // kv_heads: unset (0), negative, not dividing heads, more than heads; fewer than heads (dividing
+  // them) only for a stage that declares gqa (tests/test_gpu_gqa.cpp runs those).
+  for (int64_t kv_heads : {int64_t{0}, int64_t{-1}, valid.heads + 1, 2 * valid.heads}) {
+    const std::string text = "kv_heads " + std::to_string(kv_heads);
+    add(text, [kv_heads](AttentionParams& p) { p.kv_heads = kv_heads; }, {text, "divide heads"});
+  }
+  if ((stage.features & fa::kFeatureGqa) == 0)
+    add("kv_heads 1 (multi-query) without gqa", [](AttentionParams& p) { p.kv_heads = 1; },
+        {"kv_heads 1", "\"gqa\""});
+
   for (int i = 0; i < 4; ++i) {
     const std::string name = kTensorNames[i];
     // A dtype value that is no DType, in one tensor.
@@ -991,18 +1001,18 @@ std::vector<InvalidCase> invalid_cases(const StageInfo& stage, const AttentionPa
   add("2^31 query blocks",
       [&stage](AttentionParams& p) {
         p.batch = 1024;
-        p.heads = 1024;
+        p.heads = p.kv_heads = 1024;
         p.seq_q = int64_t{stage.block_q} * 2048;
       },
       {"exceeds", "2^31-1"});
   add("batch x heads = 2^32",
       [](AttentionParams& p) {
         p.batch = 65536;
-        p.heads = 65536;
+        p.heads = p.kv_heads = 65536;
       },
       {"exceeds", "2^31-1"});
   add("batch 2^31", [](AttentionParams& p) { p.batch = kTwoPow31; }, {"exceeds", "2^31-1"});
-  add("heads 2^33", [](AttentionParams& p) { p.heads = kTwoPow31 * 4; }, {"exceeds", "2^31-1"});
+  add("heads 2^33", [](AttentionParams& p) { p.heads = p.kv_heads = kTwoPow31 * 4; }, {"exceeds", "2^31-1"});
   return cases;
 }
 

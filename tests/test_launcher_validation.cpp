@@ -35,6 +35,7 @@ AttentionParams valid_params(const StageInfo& stage) {
   AttentionParams p;
   p.batch = 2;
   p.heads = 3;
+  p.kv_heads = 3;
   p.seq_q = 2 * stage.block_q;
   p.seq_kv = 3 * stage.block_kv;
   p.head_dim = stage.head_dims.front();
@@ -55,18 +56,31 @@ struct InvalidCase {
   std::string name;
   std::function<void(AttentionParams&, const StageInfo&)> break_it;
   std::string keyword;  // the message must contain it
-  bool needs_tile_multiples = false;  // a stage that declares any_length accepts it (test_any_length_validation)
+  // Feature bits of a stage that accepts the case (any_length: test_any_length_validation; gqa:
+  // test_gqa_reference); 0: every stage rejects it.
+  unsigned accepted_with = 0;
 };
 
 std::vector<InvalidCase> invalid_cases() {
   std::vector<InvalidCase> cases = {
       {"head_dim 96", [](AttentionParams& p, const StageInfo&) { p.head_dim = 96; }, "head_dim 96"},
       {"seq_q not a multiple of block_q",
-       [](AttentionParams& p, const StageInfo& s) { p.seq_q = s.block_q + 16; }, "seq_q", true},
+       [](AttentionParams& p, const StageInfo& s) { p.seq_q = s.block_q + 16; }, "seq_q",
+       fa::kFeatureAnyLength},
       {"seq_q smaller than block_q", [](AttentionParams& p, const StageInfo& s) { p.seq_q = s.block_q / 2; },
-       "seq_q", true},
+       "seq_q", fa::kFeatureAnyLength},
       {"seq_kv not a multiple of block_kv",
-       [](AttentionParams& p, const StageInfo& s) { p.seq_kv = 2 * s.block_kv + 8; }, "seq_kv", true},
+       [](AttentionParams& p, const StageInfo& s) { p.seq_kv = 2 * s.block_kv + 8; }, "seq_kv",
+       fa::kFeatureAnyLength},
+      // kv_heads: never unset, never 0, always dividing heads (3 here); fewer than heads only for gqa.
+      {"kv_heads 0 (unset)", [](AttentionParams& p, const StageInfo&) { p.kv_heads = 0; }, "kv_heads 0"},
+      {"kv_heads -3", [](AttentionParams& p, const StageInfo&) { p.kv_heads = -3; }, "kv_heads -3"},
+      {"kv_heads 2 does not divide heads 3", [](AttentionParams& p, const StageInfo&) { p.kv_heads = 2; },
+       "divide heads 3"},
+      {"kv_heads 6 > heads 3", [](AttentionParams& p, const StageInfo&) { p.kv_heads = 6; },
+       "divide heads 3"},
+      {"kv_heads 1 < heads 3 (multi-query)", [](AttentionParams& p, const StageInfo&) { p.kv_heads = 1; },
+       "\"gqa\"", fa::kFeatureGqa},
       {"invalid dtype value in q",
        [](AttentionParams& p, const StageInfo&) { p.q.dtype = static_cast<DType>(7); }, "dtype"},
       {"invalid dtype value in o",
@@ -106,7 +120,7 @@ std::vector<InvalidCase> invalid_cases() {
       {"grid of more than 2^31-1 blocks",
        [](AttentionParams& p, const StageInfo& s) {
          p.batch = 1024;
-         p.heads = 1024;
+         p.heads = p.kv_heads = 1024;
          p.seq_q = int64_t{s.block_q} * 2048;  // 2^31 blocks in all: one too many
          for (fa::TensorView* t : {&p.q, &p.o}) {
            t->batch_stride = p.seq_q * p.heads * p.head_dim;
@@ -192,7 +206,7 @@ TEST_CASE("every launcher rejects invalid parameters before touching the GPU", "
           REQUIRE(baseline.ok());
         }
         for (const InvalidCase& c : cases) {
-          if (c.needs_tile_multiples && (stage->features & fa::kFeatureAnyLength)) continue;
+          if (stage->features & c.accepted_with) continue;
           AttentionParams p = valid;
           c.break_it(p, *stage);
           INFO("stage " << stage->name << ", head_dim " << head_dim << ", " << fa::dtype_name(dtype) << ": "
@@ -217,7 +231,7 @@ TEST_CASE("a grid of exactly 2^31-1 blocks is still valid (checked, not launched
     INFO("stage " << stage->name);
     AttentionParams p = valid_params(*stage);
     p.batch = 1;
-    p.heads = 1;
+    p.heads = p.kv_heads = 1;
     p.seq_q = int64_t{stage->block_q} * std::numeric_limits<int32_t>::max();  // 2^31-1 query blocks
     for (fa::TensorView* t : {&p.q, &p.o}) t->batch_stride = p.seq_q * t->seq_stride;
     const fa::Status status = fa::validate_params(p, *stage);

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -55,7 +56,7 @@ bool parse_layout(const std::string& text, ProblemLayout* out) {
 
 struct Options {
   std::string stages = "all", dtypes = "fp16", head_dims = "128", seqs = "1024,2048,4096,8192";
-  int64_t batch = 16, heads = 32, seq_kv = 0;
+  int64_t batch = 16, heads = 32, seq_kv = 0, kv_heads = 0;
   std::string layout = "contiguous";
   int warmup = 5, reps = 20;
   bool time = true, list = false, json = false, help = false, causal = false;
@@ -83,6 +84,10 @@ void print_help() {
       "  --heads N                  heads                                           [%lld]\n"
       "  --seq N[,N...]             query lengths, one problem each                 [%s]\n"
       "  --seq-kv N                 key/value length                                [each --seq]\n"
+      "  --kv-heads N               key/value heads, dividing --heads: grouped-query attention\n"
+      "                             (query head h reads key/value head h / (heads / N)), 1 for\n"
+      "                             multi-query; a stage that does not declare gqa is skipped\n"
+      "                             where N != heads                                 [--heads]\n"
       "  --causal                   causal masking, aligned to the bottom-right (query i sees\n"
       "                             keys j <= i + seq_kv - seq_q); a stage that does not\n"
       "                             declare the feature is skipped, and TFLOP/s count the\n"
@@ -109,8 +114,9 @@ void print_help() {
       "\n"
       "Environment: FA_GIT_REV, the git revision written into the CSV's first line.\n"
       "Exit status: 0 every result passed its check; 1 some result failed or could not run, every\n"
-      "stage was skipped (--causal), or CUDA is not usable (a driver too old, say); 2 bad usage;\n"
-      "3 nothing to run on: no CUDA device or no NVIDIA driver (nothing was run).\n",
+      "stage was skipped (a feature asked for is not declared), or CUDA is not usable (a driver too\n"
+      "old, say); 2 bad usage; 3 nothing to run on: no CUDA device or no NVIDIA driver (nothing was\n"
+      "run).\n",
       g_program.c_str(), linked.size(), linked.size() == 1 ? "" : "s", linked_names.c_str(),
       defaults.stages.c_str(), defaults.dtypes.c_str(), defaults.head_dims.c_str(),
       static_cast<long long>(defaults.batch), static_cast<long long>(defaults.heads), defaults.seqs.c_str(),
@@ -152,6 +158,8 @@ Options parse(int argc, char** argv) {
       o.batch = parse_int(value(), "--batch");
     else if (arg == "--heads")
       o.heads = parse_int(value(), "--heads");
+    else if (arg == "--kv-heads")
+      o.kv_heads = parse_int(value(), "--kv-heads");
     else if (arg == "--warmup")
       o.warmup = static_cast<int>(parse_int(value(), "--warmup"));
     else if (arg == "--reps")
@@ -175,9 +183,22 @@ Options parse(int argc, char** argv) {
   }
   if (o.reps < 1 || o.warmup < 0) usage("--reps must be >= 1 and --warmup >= 0");
   if (o.json && !o.list) usage("--json goes with --list");
+  if (o.kv_heads < 0 || (o.kv_heads > 0 && o.heads % o.kv_heads != 0))
+    usage("--kv-heads " + std::to_string(o.kv_heads) + " must divide --heads " + std::to_string(o.heads));
   ProblemLayout layout;
   if (!parse_layout(o.layout, &layout)) usage("unknown layout " + o.layout);
   return o;
+}
+
+// The optional features a call asks for that the stage does not declare, by their stage.json names
+// ("causal, gqa"); empty when it declares them all.
+std::string missing_features(const StageInfo& stage, const AttentionParams& p) {
+  const std::pair<bool, const char*> asked[] = {{p.causal, "causal"}, {p.kv_heads != p.heads, "gqa"}};
+  std::string missing;
+  for (const auto& [wanted, name] : asked)
+    if (wanted && (stage.features & feature_bit(name)) == 0)
+      missing += (missing.empty() ? "" : ", ") + std::string(name);
+  return missing;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -336,16 +357,19 @@ int main(int argc, char** argv) {
         config.dtype = dtype;
         config.layout = layout;
         config.causal = opt.causal;
+        config.kv_heads = opt.kv_heads;
         Problem problem(config);
         for (const StageInfo* stage : stages) {
           std::fflush(stdout);
-          // A stage without causal masking would only reject the call: it is skipped, not failed.
-          const bool skip = opt.causal && (stage->features & kFeatureCausal) == 0;
+          // A stage without a feature the options ask for would only reject the call: it is skipped,
+          // not failed.
+          const std::string missing = missing_features(*stage, problem.params());
+          const bool skip = !missing.empty();
           RunResult run = skip ? RunResult{} : run_and_check(*stage, problem);
           std::string status = "PASS";
           Timing timing;
           if (skip) {
-            status = "SKIPPED: the stage does not declare causal";
+            status = "SKIPPED: the stage does not declare " + missing;
             ++skipped;
           } else if (!run.status.ok()) {
             status = "ERROR: " + run.status.message;
@@ -399,9 +423,11 @@ int main(int argc, char** argv) {
   if (failures)
     std::printf("\n%d result(s) failed their check or could not run; they have no time.\n", failures);
   if (skipped)
-    std::printf("\n%d result(s) skipped: --causal on a stage that does not declare it.\n", skipped);
+    std::printf("\n%d result(s) skipped: a stage that does not declare a feature the options ask for.\n",
+                skipped);
   const bool nothing_ran = skipped > 0 && skipped == static_cast<int>(dtypes.size() * head_dims.size() *
                                                                       seqs.size() * stages.size());
-  if (nothing_ran) std::printf("Nothing ran: no selected stage declares causal (see --list --json).\n");
+  if (nothing_ran)
+    std::printf("Nothing ran: no selected stage declares the features asked for (see --list --json).\n");
   return failures || nothing_ran ? 1 : 0;
 }
