@@ -258,7 +258,9 @@ def test_sentences_and_columns():
 
 
 FAKE_FA_RUN = r'''#!%(python)s
-# A stand-in for build/fa_run (made-up numbers): --list --json, and rows as the runner prints them.
+# A stand-in for build/fa_run (made-up numbers): --list --json, and rows as the runner prints them;
+# --causal halves the time, --alibi adds 2%%, --kv-heads is accepted. Its CSV has a causal column but
+# no kv_heads or alibi column, as the real runner's: bench.py takes those from the command.
 import json, sys
 args = sys.argv[1:]
 if args[:2] == ["--list", "--json"]:
@@ -266,43 +268,85 @@ if args[:2] == ["--list", "--json"]:
         {"name": "01_fake", "parent": None, "target": "sm_80", "min_compute_capability": 80, "arch_specific": False,
          "features": [], "dtypes": ["fp16", "bf16"], "head_dims": [64, 128]},
         {"name": "02_fake", "parent": "01_fake", "target": "sm_80", "min_compute_capability": 80, "arch_specific": False,
-         "features": [], "dtypes": ["fp16"], "head_dims": [64, 128]},
+         "features": ["any_length", "causal"], "dtypes": ["fp16"], "head_dims": [64, 128]},
         {"name": "03_fake_hopper", "parent": "02_fake", "target": "sm_90a", "min_compute_capability": 90,
-         "arch_specific": True, "features": [], "dtypes": ["fp16", "bf16"], "head_dims": [64, 128]}]))
+         "arch_specific": True, "features": [], "dtypes": ["fp16", "bf16"], "head_dims": [64, 128]},
+        {"name": "04_fake_general", "parent": "02_fake", "target": "sm_80", "min_compute_capability": 80,
+         "arch_specific": False, "features": ["any_length", "causal", "gqa", "alibi"], "dtypes": ["fp16", "bf16"],
+         "head_dims": [64, 128]}]))
     sys.exit(0)
-opt = dict(zip(args[0::2], args[1::2]))
+flags = {"--causal", "--alibi"}
+opt, i = {}, 0
+while i < len(args):
+    if args[i] in flags:
+        opt[args[i]] = True
+        i += 1
+    else:
+        opt[args[i]] = args[i + 1]
+        i += 2
+causal = 1 if opt.get("--causal") else 0
 print("stage dtype D B H Sq Skv median_ms min_ms TFLOP/s max_abs_err rel_l2_err check")
 with open(opt["--csv"], "w") as f:
     f.write("# gpu=FAKE GPU; sm=80; sms=1; cuda_driver=0.0; cuda_runtime=0.0; git=fake\n")
-    f.write("impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status\n")
+    f.write("impl,dtype,head_dim,batch,heads,causal,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status\n")
     for seq in opt["--seq"].split(","):
         for i, stage in enumerate(opt["--stage"].split(",")):
-            ms = 0.001 * int(seq) / (i + 1)
+            ms = 0.001 * int(seq) / (i + 1) * (0.5 if causal else 1.0) * (1.02 if opt.get("--alibi") else 1.0)
             print("%%-18s %%s %%s %%s %%s %%s %%s %%.4f %%.4f 1.0 1e-4 1e-4  PASS" %% (
                 stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], seq, seq, ms, ms), flush=True)
-            f.write("%%s,%%s,%%s,%%s,%%s,%%s,%%s,%%g,%%g,1.0,1e-4,1e-4,2e-4,PASS\n" %% (
-                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], seq, seq, ms, ms))
+            f.write("%%s,%%s,%%s,%%s,%%s,%%d,%%s,%%s,%%g,%%g,1.0,1e-4,1e-4,2e-4,PASS\n" %% (
+                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], causal, seq, seq, ms, ms))
 '''
 
 
-def test_bench(tmp):
+def fake_build(tmp):
     build = os.path.join(tmp, "build")
-    os.makedirs(build)
+    os.makedirs(build, exist_ok=True)
     fa_run = os.path.join(build, "fa_run")
     write(fa_run, FAKE_FA_RUN % {"python": sys.executable})
     os.chmod(fa_run, os.stat(fa_run).st_mode | stat.S_IXUSR)
+    return build
+
+
+def test_bench(tmp):
+    build = fake_build(tmp)
     out_dir = os.path.join(tmp, "bench_out")
     readme = os.path.join(tmp, "BENCH_README.md")
     write(readme, README_BEFORE + README_MIDDLE + README_AFTER)
-    common = ["--build-dir", build, "--compute-capability", "80", "--seqs", "128,256", "--no-reference",
-              "--out-dir", out_dir, "--plots-dir", os.path.join(tmp, "bench_plots"), "--readme", readme]
+    common = ["--build-dir", build, "--compute-capability", "80", "--seqs", "128,256", "--any-length-seqs", "100",
+              "--no-reference", "--out-dir", out_dir, "--plots-dir", os.path.join(tmp, "bench_plots"), "--readme", readme]
 
-    rc, out = run([sys.executable, BENCH, "--dry-run"] + common)
+    rc, out = run([sys.executable, BENCH, "--dry-run", "--series", "headline"] + common)
     check(rc == 0 and "dry run" in out and out.count("fa_run --stage") == 4,
-          "bench.py --dry-run prints one fa_run command per (dtype, head_dim) and exits 0")
-    check("--stage 01_fake --dtype bf16" in out and "--stage 01_fake,02_fake --dtype fp16" in out,
+          "bench.py --dry-run --series headline prints one fa_run command per (dtype, head_dim) and exits 0")
+    check("--stage 01_fake,04_fake_general --dtype bf16" in out and "--stage 01_fake,02_fake,04_fake_general --dtype fp16" in out,
           "a stage is run only at the dtypes it declares")
     check(not os.path.exists(out_dir), "--dry-run writes nothing")
+
+    rc, out = run([sys.executable, BENCH, "--dry-run"] + common)
+    commands = [line for line in out.splitlines() if "fa_run --stage" in line]
+    print("\n".join(commands))
+    check(rc == 0 and len(commands) == 20, "--dry-run: one fa_run command per (dtype, head_dim, series) that has "
+                                           "stages (%d of 20)" % len(commands))
+    check("--stage 02_fake,04_fake_general --dtype fp16 --head-dim 128 --seq 128,256 --batch 16 --heads 32 --causal "
+          "--warmup" in out and "--stage 04_fake_general --dtype bf16 --head-dim 64 --seq 128,256 --batch 16 --heads 32 "
+          "--causal --warmup" in out, "causal rows: fa_run --causal, only the stages that declare causal")
+    check("--stage 02_fake,04_fake_general --dtype fp16 --head-dim 64 --seq 100 --batch" in out,
+          "any-length rows: the --any-length-seqs, only the stages that declare any_length")
+    check("--stage 04_fake_general --dtype fp16 --head-dim 64 --seq 128,256 --batch 16 --heads 32 --kv-heads 8 "
+          "--warmup" in out, "gqa rows: fa_run --kv-heads 8, only the stages that declare gqa")
+    check("--stage 04_fake_general --dtype bf16 --head-dim 128 --seq 128,256 --batch 16 --heads 32 --alibi --warmup"
+          in out, "alibi rows: fa_run --alibi, only the stages that declare alibi")
+    check("series causal: 12 results; stages declaring causal: 02_fake, 04_fake_general" in out,
+          "--dry-run counts the results of each series and names its stages")
+    rc, out = run([sys.executable, BENCH, "--dry-run", "--feature-stages", "newest"] + common)
+    check("series causal: 8 results; stages declaring causal (the newest per target): 04_fake_general" in out
+          and "--stage 02_fake,04_fake_general --dtype fp16 --head-dim 128 --seq 128,256 --batch 16 --heads 32 --causal"
+          not in out, "--feature-stages newest runs only the newest declaring stage per target")
+    rc, out = run([sys.executable, BENCH, "--dry-run"] + [a for a in common if a != "--no-reference"])
+    check("torch_reference.py --dtype fp16 --head-dim 128 --seqs 128,256 --causal-seqs 128,256 --any-length-seqs 100 "
+          "--gqa-seqs 128,256 --kv-heads 8 --batch" in out,
+          "one torch_reference.py command per (dtype, head_dim) with the causal, any-length and gqa cases, no ALiBi")
 
     rc, out = run([sys.executable, BENCH] + common)
     sys.stdout.write(out)
@@ -310,19 +354,30 @@ def test_bench(tmp):
     check("skipping 03_fake_hopper: built for sm_90a" in out and "this GPU is 8.0" in out,
           "an sm_90a stage is skipped on compute capability 8.0, with a message")
     progress = [line for line in out.splitlines() if line.startswith("[") and " left]" in line]
-    check(len(progress) == 12, "one progress line per result (%d of 12)" % len(progress))
-    check(progress and progress[-1].startswith("[12/12") and "~0s left" in progress[-1],
-          "the last progress line counts 12/12 with nothing left")
+    total = 20 + 12 + 6 + 8 + 8  # headline, causal, any_length, gqa, alibi
+    check(len(progress) == total, "one progress line per result (%d of %d)" % (len(progress), total))
+    check(progress and progress[-1].startswith("[%d/%d" % (total, total)) and "~0s left" in progress[-1],
+          "the last progress line counts %d/%d with nothing left" % (total, total))
     latest = os.path.join(out_dir, "latest.csv")
-    header = ""
+    rows = []
     if os.path.exists(latest):
-        header = [line for line in read(latest).splitlines() if not line.startswith("#")][0]
-    check("pct_of_fa2,pct_of_cudnn" in header, "the CSV has pct_of_fa2 and pct_of_cudnn")
+        rows = list(csv.DictReader(line for line in read(latest).splitlines() if not line.startswith("#")))
+    header = list(rows[0].keys()) if rows else []
+    check(all(c in header for c in ("pct_of_fa2", "pct_of_cudnn", "series", "causal", "kv_heads", "alibi", "part")),
+          "the CSV has pct_of_fa2, pct_of_cudnn, series, causal, kv_heads, alibi and part (%s)" % header)
+    gqa = [r for r in rows if r["series"] == "gqa" and r["kind"] == "stage"]
+    check(gqa and all(r["kv_heads"] == "8" and r["heads"] == "32" and r["causal"] == "0" for r in gqa),
+          "gqa rows say kv_heads 8 (taken from the command: the runner's CSV has no such column)")
+    causal = [r for r in rows if r["series"] == "causal"]
+    check(causal and all(r["causal"] == "1" for r in causal), "causal rows say causal 1")
+    check(all(r["alibi"] == ("1" if r["series"] == "alibi" else "0") for r in rows), "only alibi rows say alibi 1")
     check("skipped=03_fake_hopper" in (read(latest) if os.path.exists(latest) else ""), "the CSV says what was skipped")
     text = read(readme)
     # The CSV is named after the GPU bench.py finds (nvidia-smi: a real one on a GPU machine).
     check(re.search(r"results_[A-Za-z0-9.-]+_\d{8}-\d{6}\.csv", text) is not None and "| [01_fake]" not in text and "`02_fake` (not a stage of this tree)" in text,
           "bench.py rewrote the README's results from its CSV")
+    check("**Causal attention**" in text and "**ALiBi**" in text and "**Any length**" in text
+          and "**Grouped-query attention**" in text, "the README got the causal, any-length, GQA and ALiBi parts")
 
 
 def test_help():

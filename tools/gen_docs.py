@@ -13,7 +13,9 @@ hand-written):
         repository) in a ```diff fence; for the first stage of a track (no parent), its file list
     <!-- results:begin --> ... <!-- results:end -->                                (section "results")
         from the benchmark CSV, for this stage and its parent: per configuration and sequence
-        length, median ms, TFLOP/s, % of FA2 and the change in time against the parent; where the
+        length, median ms, TFLOP/s, % of FA2 and the change in time against the parent (in the
+        causal, any-length, grouped-query and ALiBi configurations the parent is shown only where it
+        has rows of its own, i.e. declares the feature too); where the
         numbers come from (GPU, date, git revision, CSV); and whether stages/<stage>/,
         stages/<parent>/ or common/ changed since the CSV's git revision (git diff against the
         working tree; said so plainly when git or the revision is not available). A page whose
@@ -229,8 +231,10 @@ def results_section(stage, parent, results, csv_path, freshness):
         seqs = [s for s in g.seqs if g.get(stage, s) is not None]
         if not seqs:
             continue
+        # Outside the headline a parent without the feature has no rows: this stage's alone then.
+        versus = parent if parent and (g.series == "headline" or any(g.get(parent, s) for s in g.seqs)) else None
         lines = ["**%s**" % g.title(), ""]
-        if parent:
+        if versus:
             lines.append("| S | %s ms | %s ms | time vs %s | %s TFLOP/s | %s TFLOP/s | %s %% of FA2 | %s %% of FA2 |"
                          % (parent, stage, parent[:2], parent, stage, parent, stage))
             lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -238,11 +242,11 @@ def results_section(stage, parent, results, csv_path, freshness):
             lines.append("| S | %s ms | %s TFLOP/s | %s %% of FA2 |" % (stage, stage, stage))
             lines.append("|---:|---:|---:|---:|")
         for s in seqs:
-            this, prev = g.get(stage, s), g.get(parent, s) if parent else None
+            this, prev = g.get(stage, s), g.get(parent, s) if versus else None
             ms = lambda r: cell(r, "ms", fmt_ms)
             tf = lambda r: cell(r, "tf", lambda v: "%.1f" % v)
             pct = lambda r: cell(r, "pct", lambda v: "%.1f" % v)
-            if parent:
+            if versus:
                 change = "-"
                 if this["ms"] is not None and prev is not None and prev["ms"] is not None:
                     change = "%+.1f%%" % (100.0 * (this["ms"] / prev["ms"] - 1.0))
@@ -256,6 +260,14 @@ def results_section(stage, parent, results, csv_path, freshness):
             shown_path(csv_path), stage)
     legend = ("Median of the timed launches; TFLOP/s = 4 * batch * heads * seq_q * seq_kv * head_dim / median; "
               "% of FA2 = FA2's median / this median (same run, same GPU)")
+    if any(g.causal and any(g.get(stage, s) for s in g.seqs) for g in groups):
+        legend += ("; causal rows count half the FLOPs (seq_q = seq_kv) and are compared with FA2 run with "
+                   "is_causal=True")
+    if any(g.kv_heads != g.heads and any(g.get(stage, s) for s in g.seqs) for g in groups):
+        legend += "; grouped-query rows are compared with FA2 run with enable_gqa=True"
+    if any(g.alibi and any(g.get(stage, s) for s in g.seqs) for g in groups):
+        legend += ("; ALiBi rows have no % of FA2 (PyTorch's fused backends take no ALiBi): the README compares "
+                   "them with this stage without ALiBi")
     if parent:
         legend += "; time vs %s = this median / its median - 1 (negative = faster)" % parent[:2]
     legend += ". A cell that is not a number is the status of a result that did not pass its check or did not run."
