@@ -564,6 +564,8 @@ def test_bench(tmp):
           in out, "alibi rows: fa_run --alibi, only the stages that declare alibi")
     check("series causal: 12 results; stages declaring causal: 02_fake, 04_fake_general" in out,
           "--dry-run counts the results of each series and names its stages")
+    check(re.search(r"the launches alone .* for the \d+ of 54 results that", out) is not None,
+          "--dry-run sums the launch time from an earlier CSV's medians, counting what it has none for")
     rc, out = run([sys.executable, BENCH, "--dry-run", "--feature-stages", "newest"] + common)
     check("series causal: 8 results; stages declaring causal (the newest per target): 04_fake_general" in out
           and "--stage 02_fake,04_fake_general --dtype fp16 --head-dim 128 --seq 128,256 --batch 16 --heads 32 --causal"

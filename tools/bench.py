@@ -823,11 +823,34 @@ def merge_main(args, command):
     return publish(args, meta, rows, results_path(args, facts.get("gpu", "unknown GPU"), started))
 
 
+def launch_time_estimate(args, planned, csv_path):
+    """A line on the GPU time the planned launches alone would take (1 checked + warmup + reps per
+    result), from the medians of an earlier run's CSV; what that CSV lacks is counted, not guessed."""
+    if not os.path.exists(csv_path):
+        return "bench.py: no %s to estimate the launch time from" % shown_path(csv_path)
+    try:
+        _, rows = read_results_csv(csv_path)
+    except (OSError, ValueError) as e:
+        return "bench.py: cannot read %s to estimate the launch time (%s)" % (shown_path(csv_path), e)
+    median_ms = {(r["impl"], r["series"], r["dtype"], int(r["head_dim"]), int(r["seq_q"])): number(r["median_ms"])
+                 for r in rows if r["status"] == "PASS" and int(r["batch"]) == args.batch and int(r["heads"]) == args.heads}
+    known = [median_ms[key] for key in planned if median_ms.get(key)]
+    seconds = sum(known) * (1 + args.warmup + args.reps) / 1000.0
+    return ("bench.py: the launches alone (1 checked + %d warm-up + %d timed per result) take ~%s of GPU time for the "
+            "%d of %d results that %s has a median for; each result's check, each shape's data and fp64 reference "
+            "and each process's start come on top (docs/benchmarking.md, Run length)"
+            % (args.warmup, args.reps, fmt_duration(seconds), len(known), len(planned), shown_path(csv_path)))
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     command = " ".join(shlex.quote(a) for a in [os.path.relpath(os.path.abspath(sys.argv[0]), REPO)]
                        + (sys.argv[1:] if argv is None else list(argv)))
     if args.merge is not None:
+        if args.dry_run:
+            paths = args.merge or sorted(glob.glob(os.path.join(args.out_dir, PARTS_DIR, "*.csv")))
+            print("bench.py: dry run: would merge %s" % (", ".join(shown_path(p) for p in paths) or "nothing (no parts)"))
+            return 0
         return merge_main(args, command)
     fa_run = os.path.join(os.path.abspath(args.build_dir), "fa_run")
     if not args.dry_run and not os.access(fa_run, os.X_OK):
@@ -866,6 +889,7 @@ def main(argv=None):
                 ", ".join(names) or "none")), flush=True)
 
     if args.dry_run:
+        print(launch_time_estimate(args, planned, os.path.join(DEFAULT_OUT_DIR, "latest.csv")), flush=True)
         placeholder = os.path.join(tempfile.gettempdir(), "fa_bench_XXXX")
         print("bench.py: dry run, nothing is run; the commands:")
         for dtype in args.dtypes:
