@@ -160,10 +160,17 @@ def parse_args(argv):
     if args.part and args.merge is not None:
         p.error("--part measures one part; --merge merges parts: one or the other")
 
-    args.series = list(SERIES) if args.series == "all" else [s for s in args.series.split(",") if s]
+    every_series = args.series == "all"
+    args.series = list(SERIES) if every_series else [s for s in args.series.split(",") if s]
     for s in args.series:
         if s not in SERIES:
             p.error("unknown series %r (%s, or all)" % (s, ", ".join(SERIES)))
+    if "gqa" in args.series and args.kv_heads == args.heads:
+        # Rows with as many K/V heads as query heads are the headline rows again.
+        if not every_series:
+            p.error("the gqa series needs --kv-heads smaller than --heads (%d)" % args.heads)
+        args.series.remove("gqa")
+        print("bench.py: no gqa rows: --kv-heads %d is --heads, so they would be the headline rows" % args.kv_heads)
     args.dtypes = list(DTYPES) if args.dtypes == "all" else [d for d in args.dtypes.split(",") if d]
     for d in args.dtypes:
         if d not in DTYPES:

@@ -282,15 +282,15 @@ def comparison_table(series, groups, declared, readme_dir):
     """One table for every configuration of an any_length or ALiBi series: a row per (implementation,
     configuration), a column per length, each cell against the same implementation's headline row."""
     mine = of_series(groups, series)
-    columns = []  # (seq, its partner's label), in the order of the lengths
+    partners = collections.OrderedDict()  # seq -> the headline lengths it is compared with
     for g in mine:
         for seq in g.seqs:
-            partner_group, partner_seq = headline_partner(g, groups, seq)
-            label = "S=" + seq_label(seq) + (" (vs %s)" % seq_label(partner_seq) if series == "any_length" and
-                                             partner_seq is not None and partner_seq != seq else "")
-            if (seq, label) not in columns:
-                columns.append((seq, label))
-    columns.sort(key=lambda c: c[0])
+            partners.setdefault(seq, set()).add(headline_partner(g, groups, seq)[1])
+    columns = []  # (seq, label): 'S=1000 (vs 1024)' where every configuration compares it with 1024
+    for seq in sorted(partners):
+        (partner,) = partners[seq] if len(partners[seq]) == 1 else (None,)
+        shown = series == "any_length" and partner is not None and partner != seq
+        columns.append((seq, "S=" + seq_label(seq) + (" (vs %s)" % seq_label(partner) if shown else "")))
     out = ["", "| | | " + " | ".join(label for _, label in columns) + " |", "|---|---|" + "---:|" * len(columns)]
     make_cell = any_length_cell if series == "any_length" else alibi_cell
     for g in mine:
