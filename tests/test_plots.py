@@ -452,7 +452,7 @@ def test_merge(tmp):
     check(pct.get(("01_a", "fp16")) == "50.00" and pct.get(("01_a", "bf16")) == "60.00",
           "each row keeps the %% of FA2 of its own part (%s)" % pct)
     check("# parts=part_fp16_d128, part_bf16_d128" in text and re.search(
-        r"# part_part_bf16_d128=date=2000-01-01T00:05:00Z; git=0000000; gpu=FAKE GPU; driver=000.00; cuda=0.0;", text),
+        r"# part_bf16_d128=date=2000-01-01T00:05:00Z; git=0000000; gpu=FAKE GPU; driver=000.00; cuda=0.0;", text),
         "the merged CSV records each part's date, git revision, GPU, driver and CUDA version")
     check("# date=2000-01-01T00:00:00Z" in text and "# sm_clock_mhz_at_end=200" in text
           and re.search(r"results_fake-gpu_20000101-000000\.csv", read(readme)) is not None,

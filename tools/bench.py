@@ -644,7 +644,8 @@ class MergeError(Exception):
 # Header values every part must share: one results CSV says one GPU, software and source revision.
 PART_AGREE = ("gpu", "driver", "cuda", "torch", "torch_cuda", "cudnn", "flash_impl", "compute_capability", "sms",
               "cuda_driver_api", "git", "method")
-# What each part records of itself in the merged CSV ('# part_<name>=key=value; ...').
+# What each part records of itself in the merged CSV, on a line named after it
+# ('# part_fp16_d64_d128=date=...; git=...; ...').
 PART_FACTS = ("date", "git", "gpu", "driver", "cuda", "torch", "sm_clock_mhz_at_start", "sm_clock_mhz_at_end",
               "command")
 
@@ -702,7 +703,7 @@ def merge_parts(paths, command):
              ("fa_run", first.get("fa_run", "")), ("torch_reference", first.get("torch_reference", "")),
              ("parts", ", ".join(meta_of["part"] for _, meta_of, _ in parts))]
     for _, part_meta, _ in parts:
-        meta.append(("part_" + part_meta["part"],
+        meta.append((part_meta["part"],
                      "; ".join("%s=%s" % (key, part_meta.get(key, "unknown")) for key in PART_FACTS)))
     rows = [row for _, _, part_rows in parts for row in part_rows]
     rows.sort(key=lambda r: (DTYPES.index(r["dtype"]) if r["dtype"] in DTYPES else len(DTYPES),
