@@ -222,7 +222,7 @@ def declaring(declared, series):
     return [name for name, stage in declared.items() if feature is None or feature in stage.features]
 
 
-# What each series' part of the README compares, in a sentence; {kv} etc. filled in from the rows.
+# What each series' part of the README compares, in a sentence ({heads}, {kv_heads}, {group}: from the rows).
 SERIES_INTRO = {
     "causal": "**Causal attention**, the stages that declare `causal`, at seq_q = seq_kv: TFLOP/s count half "
               "the non-causal FLOPs (2 · batch · heads · S² · head_dim, the FlashAttention papers' convention); "
