@@ -360,6 +360,20 @@ def test_general_series(tmp):
           "the any-length sentence gives the range and where it is lowest")
     check("`14_g`: 96.2% of its speed without ALiBi (time +4.0%)." in summary, "the ALiBi sentence gives the cost")
 
+    # A stage page (tools/gen_docs.py): the headline per configuration; each other series in one
+    # table, against the parent only where the parent has rows of that series.
+    import gen_docs
+    page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta))
+    check("**fp16, head_dim 128, batch 16, heads 32**" in page and "| S | 13_g ms | 14_g ms | time vs 13 |" in page,
+          "stage page: the headline table against the parent")
+    check("**Causal (seq_q = seq_kv; % of FA2 run with is_causal=True), batch 16, heads 32**" in page
+          and "| 1024 | 0.4000 | 0.5000 | +25.0% |" in page, "stage page: the causal table against a parent with causal rows")
+    alibi_page = page.split("**ALiBi")[1] if "**ALiBi" in page else ""
+    check("| S | 14_g ms | 14_g TFLOP/s | 14_g % of FA2 |" in alibi_page and "13_g" not in alibi_page.split("Median")[0],
+          "stage page: the ALiBi table without a parent that has no ALiBi rows")
+    check("compared with FA2 run with is_causal=True" in page and "enable_gqa=True" in page,
+          "stage page: the legend says what the causal and grouped-query rows are compared with")
+
     # The plots: rendered for the plotted configurations, --check passes, and an old-format README
     # check (no such rows) is not disturbed by the code path.
     readme = os.path.join(tmp, "GENERAL_README.md")

@@ -48,6 +48,7 @@ be checked (CTest reports 77 as skipped). Standard library only.
 """
 
 import argparse
+import collections
 import difflib
 import glob
 import os
@@ -222,39 +223,66 @@ def cell(row, field, fmt):
     return fmt(row[field])
 
 
+# The title of a series' one table on a stage page (the headline has one table per configuration).
+SERIES_TITLES = {"causal": "Causal (seq_q = seq_kv; % of FA2 run with is_causal=True)",
+                 "any_length": "Any length (lengths that are multiples of no tile; % of FA2 at the same length)",
+                 "gqa": "Grouped-query attention (% of FA2 run with enable_gqa=True)",
+                 "alibi": "ALiBi (no FA2 with ALiBi to compare with)"}
+
+
+def results_table(title, cells, stage, versus):
+    """One table of a stage page: a row per (configuration, S) in `cells` [(group, seq)], the
+    configuration as a first column where the cells span several; with `versus` (the parent) its
+    time, TFLOP/s and % of FA2 beside the stage's."""
+    spans = len({g.key for g, _ in cells}) > 1
+    first = "| configuration | S |" if spans else "| S |"
+    rule = "|---|---:|" if spans else "|---:|"
+    lines = ["**%s**" % title, ""]
+    if versus:
+        lines.append(first + " %s ms | %s ms | time vs %s | %s TFLOP/s | %s TFLOP/s | %s %% of FA2 | %s %% of FA2 |"
+                     % (versus, stage, versus[:2], versus, stage, versus, stage))
+        lines.append(rule + "---:|---:|---:|---:|---:|---:|---:|")
+    else:
+        lines.append(first + " %s ms | %s TFLOP/s | %s %% of FA2 |" % (stage, stage, stage))
+        lines.append(rule + "---:|---:|---:|")
+    ms = lambda r: cell(r, "ms", fmt_ms)
+    tf = lambda r: cell(r, "tf", lambda v: "%.1f" % v)
+    pct = lambda r: cell(r, "pct", lambda v: "%.1f" % v)
+    for g, s in cells:
+        lead = "| %s, %s | %s |" % (g.dtype, g.config(with_series=False), seq_label(s)) if spans else "| %s |" % seq_label(s)
+        this, prev = g.get(stage, s), g.get(versus, s) if versus else None
+        if versus:
+            change = "-"
+            if this["ms"] is not None and prev is not None and prev["ms"] is not None:
+                change = "%+.1f%%" % (100.0 * (this["ms"] / prev["ms"] - 1.0))
+            lines.append("%s %s | %s | %s | %s | %s | %s | %s |" % (
+                lead, ms(prev), ms(this), change, tf(prev), tf(this), pct(prev), pct(this)))
+        else:
+            lines.append("%s %s | %s | %s |" % (lead, ms(this), tf(this), pct(this)))
+    return "\n".join(lines)
+
+
 def results_section(stage, parent, results, csv_path, freshness):
     if results is None:
         return NO_RESULTS
     meta, groups = results
     blocks = []
-    for g in groups:
-        seqs = [s for s in g.seqs if g.get(stage, s) is not None]
-        if not seqs:
+    # The headline: one table per configuration, against the parent.
+    for g in [g for g in groups if g.series == "headline"]:
+        cells = [(g, s) for s in g.seqs if g.get(stage, s) is not None]
+        if cells:
+            blocks.append(results_table(g.title(), cells, stage, parent))
+    # Every other series: one table over its configurations; the parent only where it has rows there
+    # (it declares the feature too).
+    for series in list(collections.OrderedDict.fromkeys(g.series for g in groups if g.series != "headline")):
+        mine = [g for g in groups if g.series == series]
+        cells = [(g, s) for g in mine for s in g.seqs if g.get(stage, s) is not None]
+        if not cells:
             continue
-        # Outside the headline a parent without the feature has no rows: this stage's alone then.
-        versus = parent if parent and (g.series == "headline" or any(g.get(parent, s) for s in g.seqs)) else None
-        lines = ["**%s**" % g.title(), ""]
-        if versus:
-            lines.append("| S | %s ms | %s ms | time vs %s | %s TFLOP/s | %s TFLOP/s | %s %% of FA2 | %s %% of FA2 |"
-                         % (parent, stage, parent[:2], parent, stage, parent, stage))
-            lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
-        else:
-            lines.append("| S | %s ms | %s TFLOP/s | %s %% of FA2 |" % (stage, stage, stage))
-            lines.append("|---:|---:|---:|---:|")
-        for s in seqs:
-            this, prev = g.get(stage, s), g.get(parent, s) if versus else None
-            ms = lambda r: cell(r, "ms", fmt_ms)
-            tf = lambda r: cell(r, "tf", lambda v: "%.1f" % v)
-            pct = lambda r: cell(r, "pct", lambda v: "%.1f" % v)
-            if versus:
-                change = "-"
-                if this["ms"] is not None and prev is not None and prev["ms"] is not None:
-                    change = "%+.1f%%" % (100.0 * (this["ms"] / prev["ms"] - 1.0))
-                lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                    seq_label(s), ms(prev), ms(this), change, tf(prev), tf(this), pct(prev), pct(this)))
-            else:
-                lines.append("| %s | %s | %s | %s |" % (seq_label(s), ms(this), tf(this), pct(this)))
-        blocks.append("\n".join(lines))
+        versus = parent if parent and any(g.get(parent, s) for g, s in cells) else None
+        shape = mine[0]
+        title = "%s, batch %d, heads %d" % (SERIES_TITLES.get(series, series), shape.batch, shape.heads)
+        blocks.append(results_table(title, cells, stage, versus))
     if not blocks:
         return "The benchmark CSV `%s` has no rows for `%s`; run `bash scripts/run_all.sh`." % (
             shown_path(csv_path), stage)
