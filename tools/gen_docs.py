@@ -13,9 +13,9 @@ hand-written):
         repository) in a ```diff fence; for the first stage of a track (no parent), its file list
     <!-- results:begin --> ... <!-- results:end -->                                (section "results")
         from the benchmark CSV, for this stage and its parent: per configuration and sequence
-        length, median ms, TFLOP/s, % of FA2 and the change in time against the parent (in the
-        causal, any-length, grouped-query and ALiBi configurations the parent is shown only where it
-        has rows of its own, i.e. declares the feature too); where the
+        length, median ms, TFLOP/s, % of FA2 and the change in time against the parent; the
+        causal, any-length, grouped-query and ALiBi rows (tools/results_csv.py SERIES) in one table
+        per series, with the parent only where it has such rows (declares the feature too); where the
         numbers come from (GPU, date, git revision, CSV); and whether stages/<stage>/,
         stages/<parent>/ or common/ changed since the CSV's git revision (git diff against the
         working tree; said so plainly when git or the revision is not available). A page whose
