@@ -230,10 +230,11 @@ SERIES_TITLES = {"causal": "Causal (seq_q = seq_kv; % of FA2 run with is_causal=
                  "alibi": "ALiBi (no FA2 with ALiBi to compare with)"}
 
 
-def results_table(title, cells, stage, versus):
+def results_table(title, cells, stage, versus, with_cudnn=False):
     """One table of a stage page: a row per (configuration, S) in `cells` [(group, seq)], the
     configuration as a first column where the cells span several; with `versus` (the parent) its
-    time, TFLOP/s and % of FA2 beside the stage's."""
+    time, TFLOP/s and % of FA2 beside the stage's; with_cudnn (a Hopper-track stage) adds the
+    stage's % of cuDNN."""
     spans = len({g.key for g, _ in cells}) > 1
     first = "| configuration | S |" if spans else "| S |"
     rule = "|---|---:|" if spans else "|---:|"
@@ -245,9 +246,13 @@ def results_table(title, cells, stage, versus):
     else:
         lines.append(first + " %s ms | %s TFLOP/s | %s %% of FA2 |" % (stage, stage, stage))
         lines.append(rule + "---:|---:|---:|")
+    if with_cudnn:
+        lines[-2] += " %s %% of cuDNN |" % stage
+        lines[-1] += "---:|"
     ms = lambda r: cell(r, "ms", fmt_ms)
     tf = lambda r: cell(r, "tf", lambda v: "%.1f" % v)
     pct = lambda r: cell(r, "pct", lambda v: "%.1f" % v)
+    pct_cudnn = lambda r: cell(r, "pct_cudnn", lambda v: "%.1f" % v)
     for g, s in cells:
         lead = "| %s, %s | %s |" % (g.dtype, g.config(with_series=False), seq_label(s)) if spans else "| %s |" % seq_label(s)
         this, prev = g.get(stage, s), g.get(versus, s) if versus else None
@@ -259,10 +264,14 @@ def results_table(title, cells, stage, versus):
                 lead, ms(prev), ms(this), change, tf(prev), tf(this), pct(prev), pct(this)))
         else:
             lines.append("%s %s | %s | %s |" % (lead, ms(this), tf(this), pct(this)))
+        if with_cudnn:
+            lines[-1] += " %s |" % pct_cudnn(this)
     return "\n".join(lines)
 
 
-def results_section(stage, parent, results, csv_path, freshness):
+def results_section(stage, parent, results, csv_path, freshness, hopper=False):
+    """The results section of a stage page; hopper (an sm_90a stage, the track measured against
+    cuDNN) adds the stage's % of cuDNN to every table."""
     if results is None:
         return NO_RESULTS
     meta, groups = results
@@ -271,7 +280,7 @@ def results_section(stage, parent, results, csv_path, freshness):
     for g in [g for g in groups if g.series == "headline"]:
         cells = [(g, s) for s in g.seqs if g.get(stage, s) is not None]
         if cells:
-            blocks.append(results_table(g.title(), cells, stage, parent))
+            blocks.append(results_table(g.title(), cells, stage, parent, hopper))
     # Every other series: one table over its configurations; the parent only where it has rows there
     # (it declares the feature too).
     for series in list(collections.OrderedDict.fromkeys(g.series for g in groups if g.series != "headline")):
@@ -282,7 +291,7 @@ def results_section(stage, parent, results, csv_path, freshness):
         versus = parent if parent and any(g.get(parent, s) for g, s in cells) else None
         shape = mine[0]
         title = "%s, batch %d, heads %d" % (SERIES_TITLES.get(series, series), shape.batch, shape.heads)
-        blocks.append(results_table(title, cells, stage, versus))
+        blocks.append(results_table(title, cells, stage, versus, hopper))
     if not blocks:
         return "The benchmark CSV `%s` has no rows for `%s`; run `bash scripts/run_all.sh`." % (
             shown_path(csv_path), stage)
@@ -296,6 +305,8 @@ def results_section(stage, parent, results, csv_path, freshness):
     if any(g.alibi and any(g.get(stage, s) for s in g.seqs) for g in groups):
         legend += ("; ALiBi rows have no % of FA2 (PyTorch's fused backends take no ALiBi): the README compares "
                    "them with this stage without ALiBi")
+    if hopper:
+        legend += "; % of cuDNN = cuDNN's median / this median (same run), for this Hopper-track stage"
     if parent:
         legend += "; time vs %s = this median / its median - 1 (negative = faster)" % parent[:2]
     legend += ". A cell that is not a number is the status of a result that did not pass its check or did not run."
@@ -511,7 +522,8 @@ def main(argv=None):
         if "diff" in wanted:
             sections.append(("diff", diff_section(stage.name, stage.parent)))
         if "results" in wanted:
-            sections.append(("results", results_section(stage.name, stage.parent, page_results, page_csv, freshness)))
+            sections.append(("results", results_section(stage.name, stage.parent, page_results, page_csv, freshness,
+                                                        hopper=stage.target == "sm_90a")))
         if "sass" in wanted:
             body, why_not = sass_section(stage, parent, build)
             recorded = SASS_BUILD.search(section_body(text, "sass") or "")
