@@ -373,6 +373,9 @@ def test_general_series(tmp):
           "stage page: the ALiBi table without a parent that has no ALiBi rows")
     check("compared with FA2 run with is_causal=True" in page and "enable_gqa=True" in page,
           "stage page: the legend says what the causal and grouped-query rows are compared with")
+    hopper_page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta), hopper=True)
+    check("| 14_g % of FA2 | 14_g % of cuDNN |" in hopper_page and "| 106.5 | 58.4 |" in hopper_page
+          and "% of cuDNN" not in page, "stage page: a Hopper-track stage gets its % of cuDNN (0.45 / 0.77 = 58.4%)")
 
     # The plots: rendered for the plotted configurations, --check passes, and an old-format README
     # check (no such rows) is not disturbed by the code path.
