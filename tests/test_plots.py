@@ -9,9 +9,20 @@
                          sm_90a stages get % of cuDNN; an old CSV (fewer columns), a newer one
                          (causal, kv_heads, unknown columns), a stage the tree no longer has and
                          a stage the CSV lacks are all shown, not crashed on
+  the series            a synthetic CSV with causal, any-length, grouped-query and ALiBi rows:
+                         each its own README part (causal against FA2 causal with half the FLOPs,
+                         any length against the same stage at the next headline length, GQA with
+                         an unavailable cuDNN, ALiBi against the stage itself), headline sentences
+                         over headline rows only, plots only where there are references, stage
+                         pages (tools/gen_docs.py) with one table per series and % of cuDNN for
+                         the Hopper track; the causal FLOP count; torch_reference.py's fp64 check
+                         of causal and GQA cases (where torch is installed, on the CPU)
   tools/bench.py         with a fake fa_run: one progress line per result with an estimate of the
                          time left, an sm_90a stage skipped with a message on a compute capability
-                         8.0 GPU, the CSV with pct_of_cudnn, the README rewritten; --dry-run
+                         8.0 GPU, the CSV with pct_of_cudnn and the new columns, every series run
+                         only for the stages declaring its feature (--dry-run lists the commands
+                         and counts), the README rewritten; --part and --merge (ratios kept per
+                         part, per-part facts, parts that are not one run refused)
   every script           answers --help with its options
 
 The numbers below are FAKE (made up for this test, not measured). Exit codes: 0 pass, 1 fail,
