@@ -7,10 +7,18 @@
 #   bash scripts/run_all.sh [options of tools/bench.py]
 #
 # With no options it measures what the README shows: fp16 and bf16, head_dim 64 and 128,
-# S = 1024..8192, every stage this GPU can run. Progress: one line per stage and shape as it
-# finishes, with the time so far and an estimate of the time left.
+# S = 1024..8192, every stage this GPU can run (the headline rows), plus the causal, any-length
+# (S = 1000, 4000), grouped-query (32 : 8 heads) and ALiBi rows of the stages that declare those
+# features. Progress: one line per stage and shape as it finishes, with the time so far and an
+# estimate of the time left.
 # Some options (all listed below): --quick (smoke run; README and docs/ left alone), --stages 07,08,
-# --dtypes fp16 --head-dims 128, --dry-run (print the commands, run nothing).
+# --dtypes fp16 --head-dims 128, --series headline, --dry-run (print the commands, run nothing).
+#
+# Where one command may run only so long (10 minutes on the project's H200), run the job in parts
+# and merge them (docs/benchmarking.md, "Run length"):
+#   bash scripts/run_all.sh --part --dtypes fp16     # build, then fp16 with its own FA2/cuDNN rows
+#   bash scripts/run_all.sh --part --dtypes bf16     # bf16 likewise
+#   bash scripts/run_all.sh --merge                  # one results CSV, plots, README, docs/ (no GPU)
 #
 # Needs an NVIDIA GPU (sm_80 or newer), the CUDA toolkit, CMake >= 3.24 and python3. Optional:
 # matplotlib (plots; without it the README's tables are still regenerated, without plots), PyTorch
@@ -37,7 +45,7 @@ if [[ " $* " == *" --help "* || " $* " == *" -h "* ]]; then
   echo "The options, passed on to tools/bench.py:"
   exec python3 tools/bench.py --help
 fi
-if [[ " $* " == *" --dry-run "* ]]; then  # nothing is built or run: no GPU or toolkit needed
+if [[ " $* " == *" --dry-run "* || " $* " == *" --merge "* ]]; then  # nothing is built or measured: no GPU needed
   exec python3 tools/bench.py --build-dir "${build_dir}" "$@"
 fi
 

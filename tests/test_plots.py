@@ -9,9 +9,20 @@
                          sm_90a stages get % of cuDNN; an old CSV (fewer columns), a newer one
                          (causal, kv_heads, unknown columns), a stage the tree no longer has and
                          a stage the CSV lacks are all shown, not crashed on
+  the series            a synthetic CSV with causal, any-length, grouped-query and ALiBi rows:
+                         each its own README part (causal against FA2 causal with half the FLOPs,
+                         any length against the same stage at the next headline length, GQA with
+                         an unavailable cuDNN, ALiBi against the stage itself), headline sentences
+                         over headline rows only, plots only where there are references, stage
+                         pages (tools/gen_docs.py) with one table per series and % of cuDNN for
+                         the Hopper track; the causal FLOP count; torch_reference.py's fp64 check
+                         of causal and GQA cases (where torch is installed, on the CPU)
   tools/bench.py         with a fake fa_run: one progress line per result with an estimate of the
                          time left, an sm_90a stage skipped with a message on a compute capability
-                         8.0 GPU, the CSV with pct_of_cudnn, the README rewritten; --dry-run
+                         8.0 GPU, the CSV with pct_of_cudnn and the new columns, every series run
+                         only for the stages declaring its feature (--dry-run lists the commands
+                         and counts), the README rewritten; --part and --merge (ratios kept per
+                         part, per-part facts, parts that are not one run refused)
   every script           answers --help with its options
 
 The numbers below are FAKE (made up for this test, not measured). Exit codes: 0 pass, 1 fail,
@@ -34,6 +45,8 @@ PLOT = os.path.join(TOOLS, "plot.py")
 BENCH = os.path.join(TOOLS, "bench.py")
 COMMITTED_CSV = os.path.join(REPO, "plots", "results", "latest.csv")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+sys.path.insert(0, TOOLS)
+from results_csv import COLUMNS as COLUMNS_FOR_TESTS  # noqa: E402  (the columns bench.py writes)
 
 # Same format as tools/bench.py writes. 02_fake fails its check at S=256 (no time), as a real
 # failing stage would; the values are deliberately odd so that they can be found in the output.
@@ -210,8 +223,9 @@ def test_sentences_and_columns():
         os.remove(f.name)
     check(all(r["kind"] == ("reference" if r["impl"] in ("fa2", "cudnn") else "stage") for r in rows),
           "an old CSV without 'kind' gets it from the name")
-    check(all(r["causal"] == 0 and r["kv_heads"] == r["heads"] for r in rows),
-          "an old CSV without causal/kv_heads reads as non-causal with kv_heads = heads")
+    check(all(r["causal"] == 0 and r["kv_heads"] == r["heads"] and r["alibi"] == 0 and r["series"] == "headline"
+              and r["part"] == "" for r in rows),
+          "an old CSV without causal/kv_heads/alibi/series/part reads as non-causal headline rows with kv_heads = heads")
     b = [r for r in rows if r["impl"] == "02_b" and r["seq_q"] == 1024][0]
     check(b["pct"] == 100.0 and b["pct_cudnn"] == 25.0, "pct_of_fa2 and pct_of_cudnn are computed when the CSV lacks them")
 
@@ -257,8 +271,249 @@ def test_sentences_and_columns():
     check(slugs == ["bf16_d64", "bf16_d64_causal", "bf16_d64_kv2"], "and plots of their own (%s)" % slugs)
 
 
+def general_csv():
+    """A synthetic CSV (FAKE numbers) with every series: the headline rows of three stages and the
+    references, then causal, any-length, grouped-query and ALiBi rows."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS_FOR_TESTS, lineterminator="\n")
+    out.write("# gpu=FAKE GPU\n# git=0000000\n")
+    writer.writeheader()
+
+    def row(impl, series, seq, ms, heads=32, kv_heads=32, causal=0, alibi=0, status="PASS"):
+        kind = "reference" if impl in ("fa2", "cudnn") else "stage"
+        flops = 4.0 * 16 * heads * seq * seq * 128 / (2.0 if causal else 1.0)
+        writer.writerow(dict(impl=impl, kind=kind, series=series, dtype="fp16", head_dim=128, batch=16, heads=heads,
+                             kv_heads=kv_heads, causal=causal, alibi=alibi, seq_q=seq, seq_kv=seq,
+                             median_ms=ms if status == "PASS" else "", min_ms=ms if status == "PASS" else "",
+                             tflops="%g" % (flops / (ms * 1e-3) / 1e12) if status == "PASS" else "", status=status))
+
+    for seq, scale in ((1024, 1.0), (4096, 16.0)):
+        for impl, ms in (("11_g", 0.80), ("13_g", 0.78), ("14_g", 0.77), ("fa2", 0.82), ("cudnn", 0.45)):
+            row(impl, "headline", seq, ms * scale)
+        for impl, ms in (("13_g", 0.40), ("14_g", 0.50), ("fa2", 0.44), ("cudnn", 0.25)):
+            row(impl, "causal", seq, ms * scale, causal=1)
+        for impl, ms in (("14_g", 0.70), ("fa2", 0.75)):
+            row(impl, "gqa", seq, ms * scale, kv_heads=8)
+        row("cudnn", "gqa", seq, "", kv_heads=8, status="unavailable: fake reason: no GQA kernel")
+        row("14_g", "alibi", seq, 0.77 * scale * 1.04, alibi=1)
+    # S = 1000 against 1024: 11_g at 0.80 ms for 1024 runs 1000 in 0.80 ms too (no gain from fewer FLOPs).
+    for seq, impl, ms in ((1000, "11_g", 0.80), (1000, "14_g", 0.74), (4000, "11_g", 12.4), (4000, "14_g", 12.0)):
+        row(impl, "any_length", seq, ms)
+    row("fa2", "any_length", 1000, 0.80)
+    return out.getvalue()
+
+
+def test_general_series(tmp):
+    """The causal, any-length, grouped-query and ALiBi parts of the README, from a synthetic CSV."""
+    sys.path.insert(0, TOOLS)
+    import results_tables
+    import stages
+
+    def declared(name, parent, features):
+        return stages.Stage(name=name, parent=parent, idea="fake", target="sm_80", features=tuple(features), sass={},
+                            spill_budget={})
+
+    decl = {"11_g": declared("11_g", None, ["any_length"]), "13_g": declared("13_g", "11_g", ["any_length", "causal"]),
+            "14_g": declared("14_g", "13_g", ["any_length", "causal", "gqa", "alibi"]),
+            "15_g": declared("15_g", "14_g", ["any_length", "causal", "gqa", "alibi"])}
+    path = os.path.join(tmp, "general.csv")
+    write(path, general_csv())
+    meta, rows = results_tables.load_results(path)
+    groups = results_tables.make_groups(rows)
+    check([g.slug for g in groups] == ["fp16_d128", "fp16_d128_causal", "fp16_d128_any_length", "fp16_d128_kv8",
+                                       "fp16_d128_alibi"],
+          "one configuration per series, headline first (%s)" % [g.slug for g in groups])
+    check([g.slug for g in groups if g.plotted()] == ["fp16_d128", "fp16_d128_causal", "fp16_d128_kv8"],
+          "plots for the headline, causal and grouped-query configurations only")
+    bodies = results_tables.readme_bodies(groups, meta, path, os.path.join(tmp, "README.md"), os.path.join(tmp, "plots"),
+                                          decl)
+    table, summary = bodies["results-table"], bodies["results-summary"]
+    print(table)
+    print(summary)
+    headline_table = table.split("**Causal attention**")[0]
+    check("**fp16, head_dim 128, batch 16, heads 32**" in headline_table and "causal" not in headline_table.lower(),
+          "the headline table holds no causal rows")
+    causal = table.split("**fp16, head_dim 128, causal, batch 16, heads 32**")[1].split("**Any length**")[0]
+    # 13_g causal at S=1024: 0.40 ms against FA2 causal's 0.44 ms = 110.0%; TFLOP/s with half the FLOPs.
+    check("| [13_g]" in causal and "0.4000 / 343.6 / 110.0%" in causal,
+          "causal table: % of FA2 run causal (0.44 / 0.40 = 110.0%), TFLOP/s of half the FLOPs (343.6)")
+    check("`is_causal=True`" in table and "2 · batch · heads · S² · head_dim" in table,
+          "the causal part says FA2/cuDNN ran with is_causal=True and how FLOPs are counted")
+    check("Stages of this tree without results in this CSV: 15_g." in causal,
+          "the causal table names the declaring stages without rows (and only those)")
+    any_length = table.split("**Any length**")[1].split("**Grouped-query attention**")[0]
+    check("S=1000 (vs 1024)" in any_length and "S=4000 (vs 4096)" in any_length,
+          "any-length columns name the headline length they are compared with")
+    # 11_g: 1000 in 0.80 ms = 327.7 TFLOP/s against 1024 in 0.80 ms = 343.6: 95.4%.
+    check("327.7 / 343.6 = 95.4%" in any_length, "any-length cell: TFLOP/s per useful FLOP against the headline's")
+    check("| FlashAttention-2 (PyTorch flash backend) | fp16, head_dim 128, batch 16, heads 32 | 327.7 / 335.2 = 97.8% | – |"
+          in any_length, "the references' own any-length cost is shown where measured, '–' where not")
+    gqa = table.split("**Grouped-query attention**")[1].split("**ALiBi**")[0]
+    check("32 query heads share 8 K/V heads (query head h reads K/V head h / 4)" in gqa and "`enable_gqa=True`" in gqa,
+          "the GQA part says the ratio and that FA2/cuDNN ran with enable_gqa=True")
+    check("0.7000 / 392.7 / 107.1%" in gqa and "| cuDNN (PyTorch cudnn backend) | unavailable | unavailable |" in gqa
+          and "cudnn: unavailable: fake reason: no GQA kernel" in gqa,
+          "GQA table: % of FA2 with enable_gqa; a reference without a kernel is shown unavailable with its reason")
+    alibi = table.split("**ALiBi**")[1]
+    check("take no ALiBi slopes" in alibi and "0.8008 / 96.2%" in alibi,
+          "ALiBi: the stage against itself without ALiBi (0.77 / 0.8008 = 96.2%), and why there is no library reference")
+    check("- 14_g: 107.1% of FA2, faster than FA2 at every shape measured" in summary.replace("`", "")
+          and "- 11_g: 97.6% of FA2. " not in summary.replace("`", ""), "the GQA summary gives % of FA2 with enable_gqa")
+    headline_sentences = summary.split("**Causal**")[0]
+    check("- `13_g` (not a stage of this tree)" not in headline_sentences and "`13_g`: 105.1% of FA2" in headline_sentences,
+          "headline sentences are over headline rows only (13_g: 0.82 / 0.78 = 105.1%)")
+    causal_summary = summary.split("**Causal**")[1].split("**Any length**")[0]
+    check("`13_g`: 110.0% of FA2, faster than FA2 at every shape measured." in causal_summary
+          and "Against its parent `11_g`" not in causal_summary
+          and "`14_g`: 88.0% of FA2. Against its parent `13_g`: slower (time +25.0%) at every shape measured."
+          in causal_summary, "causal sentences: % of FA2 causal, the parent only where it has causal rows")
+    check("`11_g`: 95.4-98.4% of its TFLOP/s at the headline length; lowest at fp16, head_dim 128, S = 1000." in summary,
+          "the any-length sentence gives the range and where it is lowest")
+    check("`14_g`: 96.2% of its speed without ALiBi (time +4.0%)." in summary, "the ALiBi sentence gives the cost")
+
+    # A stage page (tools/gen_docs.py): the headline per configuration; each other series in one
+    # table, against the parent only where the parent has rows of that series.
+    import gen_docs
+    page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta))
+    check("**fp16, head_dim 128, batch 16, heads 32**" in page and "| S | 13_g ms | 14_g ms | time vs 13 |" in page,
+          "stage page: the headline table against the parent")
+    check("**Causal (seq_q = seq_kv; % of FA2 run with is_causal=True), batch 16, heads 32**" in page
+          and "| 1024 | 0.4000 | 0.5000 | +25.0% |" in page, "stage page: the causal table against a parent with causal rows")
+    alibi_page = page.split("**ALiBi")[1] if "**ALiBi" in page else ""
+    check("| S | 14_g ms | 14_g TFLOP/s | 14_g % of FA2 |" in alibi_page and "13_g" not in alibi_page.split("Median")[0],
+          "stage page: the ALiBi table without a parent that has no ALiBi rows")
+    check("compared with FA2 run with is_causal=True" in page and "enable_gqa=True" in page,
+          "stage page: the legend says what the causal and grouped-query rows are compared with")
+    hopper_page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta), hopper=True)
+    check("| 14_g % of FA2 | 14_g % of cuDNN |" in hopper_page and "| 106.5 | 58.4 |" in hopper_page
+          and "% of cuDNN" not in page, "stage page: a Hopper-track stage gets its % of cuDNN (0.45 / 0.77 = 58.4%)")
+
+    # The plots: rendered for the plotted configurations, --check passes, and an old-format README
+    # check (no such rows) is not disturbed by the code path.
+    readme = os.path.join(tmp, "GENERAL_README.md")
+    write(readme, README_BEFORE + README_MIDDLE + README_AFTER)
+    out_dir = os.path.join(tmp, "general_plots")
+    check(run_plot([path, "--out-dir", out_dir, "--readme", readme], quiet=True) == 0, "plot.py renders every series")
+    check(pngs(out_dir) == sorted("fp16_d128%s_%s.png" % (suffix, kind) for suffix in ("", "_causal", "_kv8")
+                                  for kind in ("hist", "tflops")),
+          "PNGs for the headline, causal and grouped-query configurations (%s)" % pngs(out_dir))
+    check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir], quiet=True) == 0,
+          "--check passes on a README with every series")
+
+
+def test_flops_and_reference_check():
+    """The causal FLOP count, and torch_reference.py's check of causal and grouped-query cases."""
+    sys.path.insert(0, TOOLS)
+    from results_csv import attention_flops
+    full = attention_flops(16, 32, 4096, 4096, 128)
+    check(full == 4.0 * 16 * 32 * 4096 * 4096 * 128, "non-causal FLOPs: 4 B H Sq Skv D")
+    check(attention_flops(16, 32, 4096, 4096, 128, causal=True) == full / 2,
+          "causal FLOPs at seq_q = seq_kv: half the non-causal count (the papers' convention)")
+    check(attention_flops(1, 1, 2, 6, 1, causal=True) == 4.0 * (2 * 6 - 2 * 2 / 2.0)
+          and attention_flops(1, 1, 6, 2, 1, causal=True) == 4.0 * (2 * 2 / 2.0),
+          "causal FLOPs with seq_q != seq_kv: the area below the bottom-right diagonal, as common/harness.h counts")
+    import torch_reference
+    check(torch_reference.attention_flops is attention_flops, "torch_reference.py counts FLOPs with the same function")
+    options = torch_reference.sdpa_options(32, 8, True)
+    check(options == {"is_causal": True, "enable_gqa": True} and torch_reference.sdpa_options(32, 32, False) ==
+          {"is_causal": False}, "SDPA options: is_causal always, enable_gqa only where K/V heads are shared")
+    try:
+        import torch
+    except ImportError:
+        print("skip  torch_reference.py's causal/GQA check (no torch here; not counted as passed)")
+        return
+    torch.manual_seed(0)
+    batch, seq, heads, kv_heads, head_dim = 2, 70, 8, 2, 64
+    q = torch.randn(batch, seq, heads, head_dim, dtype=torch.float16)
+    k, v = (torch.randn(batch, seq, kv_heads, head_dim, dtype=torch.float16) for _ in range(2))
+
+    def sdpa(k_, v_, causal, gqa=True):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2).float(), k_.transpose(1, 2).float(), v_.transpose(1, 2).float(), is_causal=causal,
+            enable_gqa=gqa).to(torch.float16)
+
+    for causal in (False, True):
+        out = sdpa(k, v, causal)
+        check(torch_reference.check_output(torch, q, k, v, out, causal, 16, 1)[0],
+              "the reference check passes a correct %s GQA output" % ("causal" if causal else "non-causal"))
+        check(not torch_reference.check_output(torch, q, k, v, out, not causal, 16, 1)[0],
+              "and fails it when checked %s" % ("without the mask" if causal else "with a causal mask"))
+    # K/V head h % kv_heads instead of h / (heads / kv_heads): the wrong grouping fails.
+    wrong = sdpa(k.repeat(1, 1, heads // kv_heads, 1), v.repeat(1, 1, heads // kv_heads, 1), False, gqa=False)
+    check(not torch_reference.check_output(torch, q, k, v, wrong, False, 16, 1)[0],
+          "the reference check fails an output with the wrong query-to-K/V head mapping")
+
+
+def part_csv(name, dtype, git="0000000", gpu="FAKE GPU", stage_pct="50.00"):
+    """A part as bench.py --part writes it (FAKE numbers): a stage whose stored % of FA2 (stage_pct)
+    differs from what its times would give (100%), so that a merge that recomputed it would show."""
+    lines = ["# gpu=%s" % gpu, "# driver=000.00", "# cuda=0.0", "# torch=0.0.0+fake", "# sm_clock_mhz_at_start=100",
+             "# sm_clock_mhz_at_end=200", "# date=2000-01-01T00:0%d:00Z" % (0 if dtype == "fp16" else 5),
+             "# git=%s" % git, "# command=tools/bench.py --part --dtypes %s" % dtype, "# method=fake",
+             "# part=%s" % name, ",".join(COLUMNS_FOR_TESTS)]
+    for impl, kind, pct in (("01_a", "stage", stage_pct), ("fa2", "reference", "100.00")):
+        lines.append(",".join(str(x) for x in (impl, kind, "headline", dtype, 128, 2, 4, 4, 0, 0, 256, 256, 1.0, 1.0,
+                                               0.0537, pct, "", 1e-4, 1e-4, "PASS", name)))
+    return "\n".join(lines) + "\n"
+
+
+def test_merge(tmp):
+    """bench.py --merge: parts become one CSV, each row keeping its part's ratios; parts that are not
+    one run are refused with nothing written."""
+    build = fake_build(tmp)
+    out_dir = os.path.join(tmp, "merge_out")
+    parts = os.path.join(out_dir, "parts")
+    os.makedirs(parts)
+    readme = os.path.join(tmp, "MERGE_README.md")
+    write(readme, README_BEFORE + README_MIDDLE + README_AFTER)
+    common = ["--build-dir", build, "--out-dir", out_dir, "--plots-dir", os.path.join(tmp, "merge_plots"),
+              "--readme", readme, "--no-docs"]
+    write(os.path.join(parts, "part_fp16_d128.csv"), part_csv("part_fp16_d128", "fp16"))
+    write(os.path.join(parts, "part_bf16_d128.csv"), part_csv("part_bf16_d128", "bf16", stage_pct="60.00"))
+    rc, out = run([sys.executable, BENCH, "--merge"] + common)
+    sys.stdout.write(out)
+    latest = os.path.join(out_dir, "latest.csv")
+    check(rc == 0 and os.path.exists(latest), "bench.py --merge merges every parts/*.csv and exits 0")
+    text = read(latest) if os.path.exists(latest) else ""
+    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+    pct = {(r["impl"], r["dtype"]): r["pct_of_fa2"] for r in rows}
+    check(pct.get(("01_a", "fp16")) == "50.00" and pct.get(("01_a", "bf16")) == "60.00",
+          "each row keeps the %% of FA2 of its own part (%s)" % pct)
+    check("# parts=part_fp16_d128, part_bf16_d128" in text and re.search(
+        r"# part_bf16_d128=date=2000-01-01T00:05:00Z; git=0000000; gpu=FAKE GPU; driver=000.00; cuda=0.0;", text),
+        "the merged CSV records each part's date, git revision, GPU, driver and CUDA version")
+    check("# date=2000-01-01T00:00:00Z" in text and "# sm_clock_mhz_at_end=200" in text
+          and re.search(r"results_fake-gpu_20000101-000000\.csv", read(readme)) is not None,
+          "the merged CSV is dated by its first part and the README is generated from it")
+    check("measured in parts (part_fp16_d128, part_bf16_d128)" in read(readme), "the README says it was run in parts")
+
+    refused = [
+        ("part_fp16_d128_again.csv", part_csv("part_fp16_d128_again", "fp16"), "both measured fp16"),
+        ("part_bf16_d64.csv", part_csv("part_bf16_d64", "fp16", git="1111111"), "differ in git"),
+        ("not_a_part.csv", part_csv("x", "fp16").replace("# part=x\n", ""), "is not a part"),
+    ]
+    for name, content, reason in refused:
+        extra = os.path.join(parts, name)
+        write(extra, content)
+        before = sorted(os.listdir(out_dir))
+        rc, out = run([sys.executable, BENCH, "--merge"] + common)
+        check(rc == 2 and reason in out and sorted(os.listdir(out_dir)) == before,
+              "--merge refuses parts that are not one run (%s): exit 2, nothing written" % reason)
+        os.remove(extra)
+
+    # A real part through the fake runner: --part writes only its part CSV.
+    rc, out = run([sys.executable, BENCH, "--part", "--dtypes", "bf16", "--head-dims", "64", "--seqs", "128",
+                   "--series", "headline", "--compute-capability", "80", "--no-reference"] + common)
+    check(rc == 0 and os.path.exists(os.path.join(parts, "part_bf16_d64.csv")) and "tools/bench.py --merge" in out,
+          "bench.py --part writes parts/part_<dtypes>_<head_dims>.csv and says how to merge")
+    check("results-table" in read(readme) and "part_bf16_d64" not in read(readme),
+          "a part leaves the README alone")
+
+
 FAKE_FA_RUN = r'''#!%(python)s
-# A stand-in for build/fa_run (made-up numbers): --list --json, and rows as the runner prints them.
+# A stand-in for build/fa_run (made-up numbers): --list --json, and rows as the runner prints them;
+# --causal halves the time, --alibi adds 2%%, --kv-heads is accepted. Its CSV has a causal column but
+# no kv_heads or alibi column, as the real runner's: bench.py takes those from the command.
 import json, sys
 args = sys.argv[1:]
 if args[:2] == ["--list", "--json"]:
@@ -266,43 +521,87 @@ if args[:2] == ["--list", "--json"]:
         {"name": "01_fake", "parent": None, "target": "sm_80", "min_compute_capability": 80, "arch_specific": False,
          "features": [], "dtypes": ["fp16", "bf16"], "head_dims": [64, 128]},
         {"name": "02_fake", "parent": "01_fake", "target": "sm_80", "min_compute_capability": 80, "arch_specific": False,
-         "features": [], "dtypes": ["fp16"], "head_dims": [64, 128]},
+         "features": ["any_length", "causal"], "dtypes": ["fp16"], "head_dims": [64, 128]},
         {"name": "03_fake_hopper", "parent": "02_fake", "target": "sm_90a", "min_compute_capability": 90,
-         "arch_specific": True, "features": [], "dtypes": ["fp16", "bf16"], "head_dims": [64, 128]}]))
+         "arch_specific": True, "features": [], "dtypes": ["fp16", "bf16"], "head_dims": [64, 128]},
+        {"name": "04_fake_general", "parent": "02_fake", "target": "sm_80", "min_compute_capability": 80,
+         "arch_specific": False, "features": ["any_length", "causal", "gqa", "alibi"], "dtypes": ["fp16", "bf16"],
+         "head_dims": [64, 128]}]))
     sys.exit(0)
-opt = dict(zip(args[0::2], args[1::2]))
+flags = {"--causal", "--alibi"}
+opt, i = {}, 0
+while i < len(args):
+    if args[i] in flags:
+        opt[args[i]] = True
+        i += 1
+    else:
+        opt[args[i]] = args[i + 1]
+        i += 2
+causal = 1 if opt.get("--causal") else 0
 print("stage dtype D B H Sq Skv median_ms min_ms TFLOP/s max_abs_err rel_l2_err check")
 with open(opt["--csv"], "w") as f:
     f.write("# gpu=FAKE GPU; sm=80; sms=1; cuda_driver=0.0; cuda_runtime=0.0; git=fake\n")
-    f.write("impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status\n")
+    f.write("impl,dtype,head_dim,batch,heads,causal,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status\n")
     for seq in opt["--seq"].split(","):
         for i, stage in enumerate(opt["--stage"].split(",")):
-            ms = 0.001 * int(seq) / (i + 1)
+            ms = 0.001 * int(seq) / (i + 1) * (0.5 if causal else 1.0) * (1.02 if opt.get("--alibi") else 1.0)
             print("%%-18s %%s %%s %%s %%s %%s %%s %%.4f %%.4f 1.0 1e-4 1e-4  PASS" %% (
                 stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], seq, seq, ms, ms), flush=True)
-            f.write("%%s,%%s,%%s,%%s,%%s,%%s,%%s,%%g,%%g,1.0,1e-4,1e-4,2e-4,PASS\n" %% (
-                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], seq, seq, ms, ms))
+            f.write("%%s,%%s,%%s,%%s,%%s,%%d,%%s,%%s,%%g,%%g,1.0,1e-4,1e-4,2e-4,PASS\n" %% (
+                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], causal, seq, seq, ms, ms))
 '''
 
 
-def test_bench(tmp):
+def fake_build(tmp):
     build = os.path.join(tmp, "build")
-    os.makedirs(build)
+    os.makedirs(build, exist_ok=True)
     fa_run = os.path.join(build, "fa_run")
     write(fa_run, FAKE_FA_RUN % {"python": sys.executable})
     os.chmod(fa_run, os.stat(fa_run).st_mode | stat.S_IXUSR)
+    return build
+
+
+def test_bench(tmp):
+    build = fake_build(tmp)
     out_dir = os.path.join(tmp, "bench_out")
     readme = os.path.join(tmp, "BENCH_README.md")
     write(readme, README_BEFORE + README_MIDDLE + README_AFTER)
-    common = ["--build-dir", build, "--compute-capability", "80", "--seqs", "128,256", "--no-reference",
-              "--out-dir", out_dir, "--plots-dir", os.path.join(tmp, "bench_plots"), "--readme", readme]
+    common = ["--build-dir", build, "--compute-capability", "80", "--seqs", "128,256", "--any-length-seqs", "100",
+              "--no-reference", "--out-dir", out_dir, "--plots-dir", os.path.join(tmp, "bench_plots"), "--readme", readme]
 
-    rc, out = run([sys.executable, BENCH, "--dry-run"] + common)
+    rc, out = run([sys.executable, BENCH, "--dry-run", "--series", "headline"] + common)
     check(rc == 0 and "dry run" in out and out.count("fa_run --stage") == 4,
-          "bench.py --dry-run prints one fa_run command per (dtype, head_dim) and exits 0")
-    check("--stage 01_fake --dtype bf16" in out and "--stage 01_fake,02_fake --dtype fp16" in out,
+          "bench.py --dry-run --series headline prints one fa_run command per (dtype, head_dim) and exits 0")
+    check("--stage 01_fake,04_fake_general --dtype bf16" in out and "--stage 01_fake,02_fake,04_fake_general --dtype fp16" in out,
           "a stage is run only at the dtypes it declares")
     check(not os.path.exists(out_dir), "--dry-run writes nothing")
+
+    rc, out = run([sys.executable, BENCH, "--dry-run"] + common)
+    commands = [line for line in out.splitlines() if "fa_run --stage" in line]
+    print("\n".join(commands))
+    check(rc == 0 and len(commands) == 20, "--dry-run: one fa_run command per (dtype, head_dim, series) that has "
+                                           "stages (%d of 20)" % len(commands))
+    check("--stage 02_fake,04_fake_general --dtype fp16 --head-dim 128 --seq 128,256 --batch 16 --heads 32 --causal "
+          "--warmup" in out and "--stage 04_fake_general --dtype bf16 --head-dim 64 --seq 128,256 --batch 16 --heads 32 "
+          "--causal --warmup" in out, "causal rows: fa_run --causal, only the stages that declare causal")
+    check("--stage 02_fake,04_fake_general --dtype fp16 --head-dim 64 --seq 100 --batch" in out,
+          "any-length rows: the --any-length-seqs, only the stages that declare any_length")
+    check("--stage 04_fake_general --dtype fp16 --head-dim 64 --seq 128,256 --batch 16 --heads 32 --kv-heads 8 "
+          "--warmup" in out, "gqa rows: fa_run --kv-heads 8, only the stages that declare gqa")
+    check("--stage 04_fake_general --dtype bf16 --head-dim 128 --seq 128,256 --batch 16 --heads 32 --alibi --warmup"
+          in out, "alibi rows: fa_run --alibi, only the stages that declare alibi")
+    check("series causal: 12 results; stages declaring causal: 02_fake, 04_fake_general" in out,
+          "--dry-run counts the results of each series and names its stages")
+    check(re.search(r"the launches alone .* for the \d+ of 54 results that", out) is not None,
+          "--dry-run sums the launch time from an earlier CSV's medians, counting what it has none for")
+    rc, out = run([sys.executable, BENCH, "--dry-run", "--feature-stages", "newest"] + common)
+    check("series causal: 8 results; stages declaring causal (the newest per target): 04_fake_general" in out
+          and "--stage 02_fake,04_fake_general --dtype fp16 --head-dim 128 --seq 128,256 --batch 16 --heads 32 --causal"
+          not in out, "--feature-stages newest runs only the newest declaring stage per target")
+    rc, out = run([sys.executable, BENCH, "--dry-run"] + [a for a in common if a != "--no-reference"])
+    check("torch_reference.py --dtype fp16 --head-dim 128 --seqs 128,256 --causal-seqs 128,256 --any-length-seqs 100 "
+          "--gqa-seqs 128,256 --kv-heads 8 --batch" in out,
+          "one torch_reference.py command per (dtype, head_dim) with the causal, any-length and gqa cases, no ALiBi")
 
     rc, out = run([sys.executable, BENCH] + common)
     sys.stdout.write(out)
@@ -310,19 +609,30 @@ def test_bench(tmp):
     check("skipping 03_fake_hopper: built for sm_90a" in out and "this GPU is 8.0" in out,
           "an sm_90a stage is skipped on compute capability 8.0, with a message")
     progress = [line for line in out.splitlines() if line.startswith("[") and " left]" in line]
-    check(len(progress) == 12, "one progress line per result (%d of 12)" % len(progress))
-    check(progress and progress[-1].startswith("[12/12") and "~0s left" in progress[-1],
-          "the last progress line counts 12/12 with nothing left")
+    total = 20 + 12 + 6 + 8 + 8  # headline, causal, any_length, gqa, alibi
+    check(len(progress) == total, "one progress line per result (%d of %d)" % (len(progress), total))
+    check(progress and progress[-1].startswith("[%d/%d" % (total, total)) and "~0s left" in progress[-1],
+          "the last progress line counts %d/%d with nothing left" % (total, total))
     latest = os.path.join(out_dir, "latest.csv")
-    header = ""
+    rows = []
     if os.path.exists(latest):
-        header = [line for line in read(latest).splitlines() if not line.startswith("#")][0]
-    check("pct_of_fa2,pct_of_cudnn" in header, "the CSV has pct_of_fa2 and pct_of_cudnn")
+        rows = list(csv.DictReader(line for line in read(latest).splitlines() if not line.startswith("#")))
+    header = list(rows[0].keys()) if rows else []
+    check(all(c in header for c in ("pct_of_fa2", "pct_of_cudnn", "series", "causal", "kv_heads", "alibi", "part")),
+          "the CSV has pct_of_fa2, pct_of_cudnn, series, causal, kv_heads, alibi and part (%s)" % header)
+    gqa = [r for r in rows if r["series"] == "gqa" and r["kind"] == "stage"]
+    check(gqa and all(r["kv_heads"] == "8" and r["heads"] == "32" and r["causal"] == "0" for r in gqa),
+          "gqa rows say kv_heads 8 (taken from the command: the runner's CSV has no such column)")
+    causal = [r for r in rows if r["series"] == "causal"]
+    check(causal and all(r["causal"] == "1" for r in causal), "causal rows say causal 1")
+    check(all(r["alibi"] == ("1" if r["series"] == "alibi" else "0") for r in rows), "only alibi rows say alibi 1")
     check("skipped=03_fake_hopper" in (read(latest) if os.path.exists(latest) else ""), "the CSV says what was skipped")
     text = read(readme)
     # The CSV is named after the GPU bench.py finds (nvidia-smi: a real one on a GPU machine).
     check(re.search(r"results_[A-Za-z0-9.-]+_\d{8}-\d{6}\.csv", text) is not None and "| [01_fake]" not in text and "`02_fake` (not a stage of this tree)" in text,
           "bench.py rewrote the README's results from its CSV")
+    check("**Causal attention**" in text and "**ALiBi**" in text and "**Any length**" in text
+          and "**Grouped-query attention**" in text, "the README got the causal, any-length, GQA and ALiBi parts")
 
 
 def test_help():
@@ -344,6 +654,9 @@ def main():
         test_synthetic_render_and_readme(tmp)
         test_committed_csv(tmp)
         test_sentences_and_columns()
+        test_general_series(tmp)
+        test_flops_and_reference_check()
+        test_merge(tmp)
         test_bench(tmp)
         test_help()
     print("%d passed, %d failed" % (len(passes), len(failures)))

@@ -2,21 +2,42 @@
 """The main benchmark: every stage against PyTorch's FlashAttention-2 and cuDNN, in one CSV.
 
 For each (dtype, head_dim) it runs the C++ runner (build/fa_run: check against fp64, then time)
-on every sequence length, with the stages that declare that dtype and head_dim and that this GPU
-can run (an sm_90a stage is skipped, with a message, on any GPU but compute capability 9.0); then
-tools/torch_reference.py (a separate process, so nothing here imports torch) on the same shapes.
-It merges both into one CSV with % of FA2 and % of cuDNN per row, prints a compact table, renders
-the plots and the README's results (tools/plot.py) and, when it wrote plots/results/latest.csv,
-refreshes the generated sections of docs/ (tools/gen_docs.py), so that every check of the
-generated text passes after the run.
+once per series of rows (tools/results_csv.py SERIES), with the stages that declare that dtype
+and head_dim and that this GPU can run (an sm_90a stage is skipped, with a message, on any GPU but
+compute capability 9.0):
+
+  headline    every stage, non-causal, at --seqs (S = 1024..8192)
+  causal      the stages whose stage.json features include "causal": fa_run --causal at --seqs
+              (seq_q = seq_kv); FLOPs are half the non-causal count
+  any_length  the stages declaring "any_length": --any-length-seqs (S = 1000, 4000), compared
+              with the same stage's headline rows at 1024 and 4096
+  gqa         the stages declaring "gqa": fa_run --kv-heads 8 (32 query heads share 8 K/V heads)
+  alibi       the stages declaring "alibi": fa_run --alibi, compared with the same stage's headline
+              rows (PyTorch's fused backends take no ALiBi, so there is no reference to hold it to)
+
+then tools/torch_reference.py (a separate process, so nothing here imports torch) on the same
+shapes: one process per (dtype, head_dim) for every series that has a reference (FA2 and cuDNN with
+is_causal=True for causal, enable_gqa=True for gqa). It merges everything into one CSV with % of
+FA2 and % of cuDNN per row, prints a compact table, renders the plots and the README's results
+(tools/plot.py) and, when it wrote plots/results/latest.csv, refreshes the generated sections of
+docs/ (tools/gen_docs.py), so that every check of the generated text passes after the run.
+
+A job too long for one command (a GPU lent 10 minutes per command) runs in parts, each a
+complete run of some dtypes / head_dims with its own FA2 and cuDNN references:
+  bench.py --part --dtypes fp16     writes <out-dir>/parts/part_fp16_d64_d128.csv, nothing else
+  bench.py --part --dtypes bf16     the same for bf16
+  bench.py --merge                  one results CSV from every <out-dir>/parts/*.csv (each row keeps
+                                    the ratios of its own part; GPU, driver, CUDA and git revision
+                                    recorded per part and required to agree), then the plots,
+                                    README and docs as after a one-piece run; needs no GPU
 
 Progress: one line per result as it finishes (the runner's own row), led by how many are done,
 the time so far and an estimate of the time left.
 
 Output: <out-dir>/results_<gpu>_<YYYYmmdd-HHMMSS>.csv (UTC), copied to <out-dir>/latest.csv.
 Exit status: 0 if every stage and every available reference passed its check; 1 if any failed or
-could not run (it has no time in the CSV), or a later step failed; 2 for bad options or a missing
-build; 3 if no GPU.
+could not run (it has no time in the CSV), or a later step failed; 2 for bad options, a missing
+build or parts that cannot be merged; 3 if no GPU.
 
 Usually started by scripts/run_all.sh, which builds build/fa_run first.
 """
@@ -24,6 +45,7 @@ Usually started by scripts/run_all.sh, which builds build/fa_run first.
 import argparse
 import collections
 import datetime
+import glob
 import importlib.util
 import json
 import os
@@ -36,7 +58,8 @@ import time
 
 import stages as stage_declarations
 from cli_util import REPO, compute_capability, int_list, shown_path, stage_runs_on
-from results_csv import COLUMNS, REFERENCES, fill_reference_ratios, normalize_row, number, write_results_csv
+from results_csv import (COLUMNS, REFERENCES, SERIES, attention_flops, fill_reference_ratios, normalize_row, number,
+                         read_results_csv, shape_key, write_results_csv)
 
 TORCH_REFERENCE = os.path.join(REPO, "tools", "torch_reference.py")
 PLOT = os.path.join(REPO, "tools", "plot.py")
@@ -44,6 +67,11 @@ GEN_DOCS = os.path.join(REPO, "tools", "gen_docs.py")
 DEFAULT_OUT_DIR = os.path.join(REPO, "plots", "results")  # the CSV the README and docs/ are generated from
 DTYPES = ["fp16", "bf16"]
 HEAD_DIMS = [64, 128]
+PARTS_DIR = "parts"  # under --out-dir: the CSVs of a job run in parts, until --merge
+# The series that torch_reference.py measures FA2 and cuDNN for (ALiBi has no fused reference),
+# each with its option there.
+REFERENCE_SERIES_OPTIONS = collections.OrderedDict(
+    [("headline", "--seqs"), ("causal", "--causal-seqs"), ("any_length", "--any-length-seqs"), ("gqa", "--gqa-seqs")])
 
 
 class Abort(Exception):
@@ -62,15 +90,29 @@ def parse_args(argv):
                "  python3 tools/bench.py                      everything the README shows (fp16/bf16 x head_dim 64/128)\n"
                "  python3 tools/bench.py --quick              smoke run (S=1024, batch 4; README and docs left alone)\n"
                "  python3 tools/bench.py --stages 07,08 --dtypes fp16 --head-dims 128\n"
+               "  python3 tools/bench.py --series headline    the non-causal rows only\n"
+               "  python3 tools/bench.py --part --dtypes fp16 then --part --dtypes bf16, then --merge\n"
                "  python3 tools/bench.py --dry-run            print the commands it would run (no GPU needed)\n\n"
                "Exit status: 0 all passed; 1 a result failed or did not run, or a later step failed; "
-               "2 bad options or no build; 3 no GPU.")
+               "2 bad options, no build or parts that cannot be merged; 3 no GPU.")
     p.add_argument("--stages", default="all",
                    help="'all' or a comma-separated list of stage names or numbers, e.g. 04,05_interleave (default all)")
     p.add_argument("--dtypes", default="all", help="comma-separated fp16,bf16, or 'all' (default all)")
     p.add_argument("--head-dims", default="all", help="comma-separated 64,128, or 'all' (default all)")
+    p.add_argument("--series", default="all",
+                   help="'all' or a comma-separated list of %s (default all); every series but headline runs "
+                        "only the stages that declare its feature" % ", ".join(SERIES))
     p.add_argument("--seqs", type=int_list, default=None,
-                   help="sequence lengths, seq_q = seq_kv (default 1024,2048,4096,8192; --quick: 1024)")
+                   help="sequence lengths of the headline, causal, gqa and alibi rows, seq_q = seq_kv "
+                        "(default 1024,2048,4096,8192; --quick: 1024)")
+    p.add_argument("--any-length-seqs", type=int_list, default=None,
+                   help="sequence lengths of the any_length rows (default 1000,4000, compared with 1024,4096; "
+                        "--quick: 1000)")
+    p.add_argument("--kv-heads", type=int, default=None,
+                   help="K/V heads of the gqa rows; must divide --heads (default 8: 32 query heads share 8)")
+    p.add_argument("--feature-stages", choices=["all", "newest"], default="all",
+                   help="which declaring stages the causal, any_length, gqa and alibi series run: all of them "
+                        "(default), or only the newest of each target (sm_80, sm_90a) per feature, to save time")
     p.add_argument("--batch", type=int, default=None, help="batch size (default 16; --quick: 4)")
     p.add_argument("--heads", type=int, default=None, help="heads (default 32)")
     p.add_argument("--reps", type=int, default=None, help="timed launches per result (default 20; --quick: 5)")
@@ -78,6 +120,13 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true",
                    help="smoke run: seq 1024, batch 4, 5 reps; results and plots go to build/bench-quick and the "
                         "README and docs/ are left alone unless --out-dir/--readme say otherwise")
+    p.add_argument("--part", action="store_true",
+                   help="this run is one part of a job run in parts: its CSV goes to <out-dir>/parts/part_<dtypes>_"
+                        "<head_dims>.csv (replacing an earlier one of the same name) and nothing else is written; "
+                        "--merge makes the results CSV, plots, README and docs from the parts")
+    p.add_argument("--merge", nargs="*", metavar="PART_CSV", default=None,
+                   help="measure nothing: merge these part CSVs (default: every <out-dir>/parts/*.csv) into one "
+                        "results CSV, then plots, README and docs as after a run; no GPU or build needed")
     p.add_argument("--out-dir", default=None, help="where the CSV goes (default plots/results)")
     p.add_argument("--plots-dir", default=None, help="where the PNGs go (default plots; --quick: the out-dir)")
     p.add_argument("--readme", default=None,
@@ -93,19 +142,35 @@ def parse_args(argv):
                    help="the GPU's compute capability, e.g. 90 or 8.6 (default: asked from nvidia-smi); decides "
                         "which stages are skipped, e.g. to see what --dry-run would run on another GPU")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the stages that would run or be skipped and every command, run nothing (no GPU or "
-                        "build needed)")
+                   help="print the stages that would run or be skipped, how many results of each series, and "
+                        "every command; run nothing (no GPU or build needed)")
     args = p.parse_args(argv)
 
-    defaults = dict(seqs=[1024, 2048, 4096, 8192], batch=16, heads=32, reps=20, warmup=5)
+    defaults = dict(seqs=[1024, 2048, 4096, 8192], any_length_seqs=[1000, 4000], batch=16, heads=32, kv_heads=8,
+                    reps=20, warmup=5)
     if args.quick:
-        defaults.update(seqs=[1024], batch=4, reps=5, warmup=2)
+        defaults.update(seqs=[1024], any_length_seqs=[1000], batch=4, reps=5, warmup=2)
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.reps < 1 or args.warmup < 0 or args.batch < 1 or args.heads < 1:
         p.error("--reps, --batch and --heads must be >= 1 and --warmup >= 0")
+    if args.kv_heads < 1 or args.heads % args.kv_heads:
+        p.error("--kv-heads must divide --heads (%d), got %d" % (args.heads, args.kv_heads))
+    if args.part and args.merge is not None:
+        p.error("--part measures one part; --merge merges parts: one or the other")
 
+    every_series = args.series == "all"
+    args.series = list(SERIES) if every_series else [s for s in args.series.split(",") if s]
+    for s in args.series:
+        if s not in SERIES:
+            p.error("unknown series %r (%s, or all)" % (s, ", ".join(SERIES)))
+    if "gqa" in args.series and args.kv_heads == args.heads:
+        # Rows with as many K/V heads as query heads are the headline rows again.
+        if not every_series:
+            p.error("the gqa series needs --kv-heads smaller than --heads (%d)" % args.heads)
+        args.series.remove("gqa")
+        print("bench.py: no gqa rows: --kv-heads %d is --heads, so they would be the headline rows" % args.kv_heads)
     args.dtypes = list(DTYPES) if args.dtypes == "all" else [d for d in args.dtypes.split(",") if d]
     for d in args.dtypes:
         if d not in DTYPES:
@@ -123,11 +188,17 @@ def parse_args(argv):
         args.out_dir = os.path.join(REPO, "build", "bench-quick") if args.quick else DEFAULT_OUT_DIR
     if args.plots_dir is None:
         args.plots_dir = args.out_dir if args.quick else os.path.join(REPO, "plots")
-    if args.no_readme or (args.quick and args.readme is None):
+    if args.no_readme or args.part or (args.quick and args.readme is None):
         args.readme = None
     elif args.readme is None:
         args.readme = os.path.join(REPO, "README.md")
+    args.part_name = part_name(args.dtypes, args.head_dims) if args.part else ""
     return args
+
+
+def part_name(dtypes, head_dims):
+    """'part_fp16_d64_d128': what a part measures, and its CSV's name."""
+    return "part_" + "_".join(dtypes) + "_" + "_".join("d%d" % d for d in head_dims)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -264,11 +335,77 @@ def runnable(chosen, gpu_cc):
 
 
 # ------------------------------------------------------------------------------------------------
+# Which rows run: one fa_run process per (dtype, head_dim, series), one torch_reference.py process
+# per (dtype, head_dim)
+
+StageRun = collections.namedtuple("StageRun", "series dtype head_dim names seqs")
+
+
+def series_shape(series, args):
+    """(causal, kv_heads, alibi) of every row of a series."""
+    return series == "causal", (args.kv_heads if series == "gqa" else args.heads), series == "alibi"
+
+
+def series_seqs(series, args):
+    return args.any_length_seqs if series == "any_length" else args.seqs
+
+
+def series_stages(series, stages, feature_stages):
+    """The stages (catalogue entries, registry order) a series runs: every one for the headline;
+    for the others those that declare the series' feature, or with feature_stages 'newest' only
+    the last of them per target (the newest of the Ampere track and of the Hopper track)."""
+    feature = SERIES[series][0]
+    if feature is None:
+        return list(stages)
+    declaring = [s for s in stages if feature in s["features"]]
+    if feature_stages == "newest":
+        newest = {s["target"]: s["name"] for s in declaring}  # registry order: the last one wins
+        declaring = [s for s in declaring if s["name"] in newest.values()]
+    return declaring
+
+
+def plan_runs(args, to_run):
+    """[StageRun] in the order they run: per dtype and head_dim, the series in SERIES order."""
+    runs = []
+    for dtype in args.dtypes:
+        for head_dim in args.head_dims:
+            fit = [s for s in to_run if dtype in s["dtypes"] and head_dim in s["head_dims"]]
+            for series in SERIES:
+                names = [s["name"] for s in series_stages(series, fit, args.feature_stages)] if series in args.series else []
+                if names:
+                    runs.append(StageRun(series, dtype, head_dim, names, series_seqs(series, args)))
+    return runs
+
+
+def reference_plan(args, runs):
+    """{(dtype, head_dim): {series: seqs}} of the FA2/cuDNN rows: the headline whenever it is asked
+    for, and each other series that has a reference where some stage runs it, in the order
+    torch_reference.py measures them."""
+    plan = collections.OrderedDict()
+    for dtype in args.dtypes:
+        for head_dim in args.head_dims:
+            cases = collections.OrderedDict()
+            for series in REFERENCE_SERIES_OPTIONS:
+                wanted = series == "headline" and series in args.series
+                if wanted or any(r.series == series and (r.dtype, r.head_dim) == (dtype, head_dim) for r in runs):
+                    cases[series] = series_seqs(series, args)
+            if cases:
+                plan[(dtype, head_dim)] = cases
+    return plan
+
+
+def planned_results(args, runs, references):
+    """Every result the run will produce, as progress keys (impl, series, dtype, head_dim, seq), in
+    the order each process reports them."""
+    keys = [(name, run.series, run.dtype, run.head_dim, seq) for run in runs for seq in run.seqs for name in run.names]
+    if not args.no_reference:
+        keys += [(ref, series, dtype, head_dim, seq) for (dtype, head_dim), cases in references.items()
+                 for series, seqs in cases.items() for seq in seqs for ref in REFERENCES]
+    return keys
+
+
+# ------------------------------------------------------------------------------------------------
 # Progress
-
-
-def attention_flops(batch, heads, seq_q, seq_kv, head_dim):
-    return 4.0 * batch * heads * seq_q * seq_kv * head_dim
 
 
 def fmt_duration(seconds):
@@ -283,12 +420,14 @@ def fmt_duration(seconds):
 class Progress:
     """Counts finished results and estimates the time left.
 
-    A result still to come takes as long as the same implementation at the same length took at
-    another dtype or head_dim (scaled by head_dim); one with no such sibling yet takes as long per
-    FLOP as everything so far. Early estimates are rough: the first lengths are the shortest."""
+    A result still to come takes as long as the same implementation in the same series at the same
+    length took at another dtype or head_dim (scaled by head_dim); one with no such sibling yet
+    takes as long per FLOP as everything so far. Early estimates are rough: the first lengths are
+    the shortest."""
 
     def __init__(self, planned, batch, heads):
-        self.pending = collections.OrderedDict((key, None) for key in planned)  # (impl, dtype, head_dim, seq)
+        # (impl, series, dtype, head_dim, seq) -> None, in the order the processes report them
+        self.pending = collections.OrderedDict((key, None) for key in planned)
         self.total = len(self.pending)
         self.batch, self.heads = batch, heads
         self.done = {}  # key -> seconds it took
@@ -296,15 +435,19 @@ class Progress:
         self.last = self.started
 
     def flops(self, key):
-        _, _, head_dim, seq = key
-        return attention_flops(self.batch, self.heads, seq, seq, head_dim)
+        _, series, _, head_dim, seq = key
+        return attention_flops(self.batch, self.heads, seq, seq, head_dim, causal=series == "causal")
 
     def restart_clock(self):
         """A new process starts: the time until its first row is that row's."""
         self.last = time.monotonic()
 
     def finish(self, key):
+        """key's series may be None (torch_reference.py's lines do not say it): then the first
+        pending result that matches the rest, which is the one its process measures next."""
         now = time.monotonic()
+        if key[1] is None:
+            key = next((k for k in self.pending if (k[0],) + k[2:] == (key[0],) + key[2:]), key)
         if key in self.pending:
             del self.pending[key]
             self.done[key] = now - self.last
@@ -316,8 +459,9 @@ class Progress:
         per_flop = sum(self.done.values()) / sum(self.flops(k) for k in self.done)
         left = 0.0
         for key in self.pending:
-            impl, _, head_dim, seq = key
-            siblings = [secs * head_dim / k[2] for k, secs in self.done.items() if k[0] == impl and k[3] == seq]
+            impl, series, _, head_dim, seq = key
+            siblings = [secs * head_dim / k[3] for k, secs in self.done.items()
+                        if (k[0], k[1], k[4]) == (impl, series, seq)]
             left += sum(siblings) / len(siblings) if siblings else per_flop * self.flops(key)
         return left
 
@@ -328,13 +472,14 @@ class Progress:
                                          "~" + fmt_duration(left) if left is not None else "?")
 
 
-def result_key(line, dtypes):
-    """(impl, dtype, head_dim, seq_q) of a runner's result row ('07_fast_softmax fp16 128 16 32 1024 ...'), else None."""
+def result_key(line, dtypes, series):
+    """(impl, series, dtype, head_dim, seq_q) of a runner's result row ('07_fast_softmax fp16 128 16 32
+    1024 ...'), else None; series as given (None: the reference script's, which does not say)."""
     parts = line.split()
     if len(parts) < 6 or parts[1] not in dtypes:
         return None
     try:
-        return parts[0], parts[1], int(parts[2]), int(parts[5])
+        return parts[0], series, parts[1], int(parts[2]), int(parts[5])
     except ValueError:
         return None
 
@@ -349,7 +494,7 @@ def show_command(cmd):
     return "$ " + " ".join(shlex.quote(c) for c in shown)
 
 
-def stream(cmd, env=None, progress=None, dtypes=()):
+def stream(cmd, env=None, progress=None, dtypes=(), series=None):
     """Runs cmd, echoing its output live; a result row is led by the progress. Returns (exit code,
     last lines)."""
     print(show_command(cmd), flush=True)
@@ -362,7 +507,7 @@ def stream(cmd, env=None, progress=None, dtypes=()):
     except OSError as e:
         return 127, [str(e)]
     for line in proc.stdout:
-        key = result_key(line, dtypes) if progress else None
+        key = result_key(line, dtypes, series) if progress else None
         if key:
             progress.finish(key)
             sys.stdout.write("%s %s" % (progress.prefix(), line))
@@ -374,71 +519,101 @@ def stream(cmd, env=None, progress=None, dtypes=()):
     return proc.wait(), list(tail)
 
 
-def fa_run_command(args, fa_run, names, dtype, head_dim, seqs, csv_path):
-    return [fa_run, "--stage", ",".join(names), "--dtype", dtype, "--head-dim", str(head_dim),
-            "--seq", ",".join(map(str, seqs)), "--batch", str(args.batch), "--heads", str(args.heads),
-            "--warmup", str(args.warmup), "--reps", str(args.reps), "--csv", csv_path]
+def fa_run_command(args, fa_run, run, csv_path):
+    causal, kv_heads, alibi = series_shape(run.series, args)
+    cmd = [fa_run, "--stage", ",".join(run.names), "--dtype", run.dtype, "--head-dim", str(run.head_dim),
+           "--seq", ",".join(map(str, run.seqs)), "--batch", str(args.batch), "--heads", str(args.heads)]
+    cmd += (["--causal"] if causal else []) + (["--kv-heads", str(kv_heads)] if kv_heads != args.heads else [])
+    cmd += ["--alibi"] if alibi else []
+    return cmd + ["--warmup", str(args.warmup), "--reps", str(args.reps), "--csv", csv_path]
 
 
-def reference_command(args, dtype, head_dim, csv_path):
-    return [sys.executable, TORCH_REFERENCE, "--dtype", dtype, "--head-dim", str(head_dim),
-            "--seqs", ",".join(map(str, args.seqs)), "--batch", str(args.batch), "--heads", str(args.heads),
-            "--warmup", str(args.warmup), "--reps", str(args.reps), "--csv", csv_path]
+def reference_command(args, dtype, head_dim, cases, csv_path):
+    cmd = [sys.executable, TORCH_REFERENCE, "--dtype", dtype, "--head-dim", str(head_dim)]
+    if "headline" not in cases:
+        cmd.append("--no-headline")
+    for series, seqs in cases.items():
+        cmd += [REFERENCE_SERIES_OPTIONS[series], ",".join(map(str, seqs))]
+    if "gqa" in cases:
+        cmd += ["--kv-heads", str(args.kv_heads)]
+    return cmd + ["--batch", str(args.batch), "--heads", str(args.heads), "--warmup", str(args.warmup),
+                  "--reps", str(args.reps), "--csv", csv_path]
 
 
-def run_stages(args, fa_run, names, dtype, head_dim, workdir, env, progress):
-    """Rows of every (stage, seq) for one dtype and head_dim; a crash of the runner does not lose the
-    other stages: the missing ones are run again one stage per process."""
+def label_rows(rows, series, causal, kv_heads, alibi):
+    """Gives a process's rows their series and shape columns (fa_run's CSV may lack kv_heads and
+    alibi: its command says them); a passed row whose own columns say otherwise is an error."""
+    for row in rows:
+        row["series"] = series
+        for column, expected in (("causal", int(causal)), ("kv_heads", kv_heads), ("alibi", int(alibi))):
+            written = row.get(column)
+            if written in (None, ""):
+                row[column] = str(expected)
+            elif str(written).strip() != str(expected) and row.get("status") == "PASS":
+                row["status"] = "ERROR: the row says %s=%s in a run with %s=%s" % (column, written, column, expected)
+    return rows
+
+
+def run_stages(args, fa_run, run, workdir, env, progress):
+    """Rows of every (stage, seq) of one StageRun; a crash of the runner does not lose the other
+    stages: the missing ones are run again one stage per process."""
     def runner(stage_list, seqs, csv_path):
-        rc, tail = stream(fa_run_command(args, fa_run, stage_list, dtype, head_dim, seqs, csv_path), env,
-                          progress, args.dtypes)
+        cmd = fa_run_command(args, fa_run, run._replace(names=stage_list, seqs=seqs), csv_path)
+        rc, tail = stream(cmd, env, progress, args.dtypes, run.series)
         if rc == 3:  # fa_run's own message above says why
             raise Abort(3, "bench.py: no usable CUDA GPU; nothing was measured.")
-        if rc == 2:
+        if rc == 2 and run.series == "headline":
             raise Abort(2, "bench.py: fa_run rejected its options: %s" % (tail[-1] if tail else "?"))
         header, rows = read_runner_csv(csv_path)
         return rc, tail, header, rows
 
-    csv_path = os.path.join(workdir, "stages_%s_d%d.csv" % (dtype, head_dim))
-    rc, tail, header, rows = runner(names, args.seqs, csv_path)
+    tag = "%s_%s_d%d" % (run.series, run.dtype, run.head_dim)
+    rc, tail, header, rows = runner(run.names, run.seqs, os.path.join(workdir, "stages_%s.csv" % tag))
     have = {(r["impl"], int(r["seq_q"])) for r in rows}
-    missing = [(s, q) for q in args.seqs for s in names if (s, q) not in have]
-    if missing and rc not in (0, 1):
+    missing = [(s, q) for q in run.seqs for s in run.names if (s, q) not in have]
+    # Exit code 2 (options refused: a runner without this series' option) is not retried.
+    if missing and rc not in (0, 1, 2):
         print("bench.py: fa_run exited with code %d before finishing; running the %d missing result(s) one "
               "stage per process" % (rc, len(missing)), flush=True)
-        for stage in [s for s in names if any(m[0] == s for m in missing)]:
+        for stage in [s for s in run.names if any(m[0] == s for m in missing)]:
             seqs = [q for (s, q) in missing if s == stage]
-            retry_path = os.path.join(workdir, "retry_%s_%s_d%d.csv" % (stage, dtype, head_dim))
-            rc2, tail2, header2, rows2 = runner([stage], seqs, retry_path)
+            rc2, tail2, header2, rows2 = runner([stage], seqs, os.path.join(workdir, "retry_%s_%s.csv" % (stage, tag)))
             header = header or header2
             rows += rows2
             if rc2 not in (0, 1):
                 rc, tail = rc2, tail2
         have = {(r["impl"], int(r["seq_q"])) for r in rows}
-        missing = [(s, q) for q in args.seqs for s in names if (s, q) not in have]
+        missing = [(s, q) for q in run.seqs for s in run.names if (s, q) not in have]
     for stage, seq in missing:
         why = tail[-1] if tail else "no output"
-        progress.finish((stage, dtype, head_dim, seq))
-        rows.append({"impl": stage, "dtype": dtype, "head_dim": head_dim, "batch": args.batch, "heads": args.heads,
-                     "seq_q": seq, "seq_kv": seq,
+        progress.finish((stage, run.series, run.dtype, run.head_dim, seq))
+        rows.append({"impl": stage, "dtype": run.dtype, "head_dim": run.head_dim, "batch": args.batch,
+                     "heads": args.heads, "seq_q": seq, "seq_kv": seq,
                      "status": "ERROR: not run: fa_run exited with code %d (%s)" % (rc, why)})
-    return header, rows
+    return header, label_rows(rows, run.series, *series_shape(run.series, args))
 
 
-def run_references(args, dtype, head_dim, workdir, progress):
-    def unavailable(status):
-        return [{"impl": name, "dtype": dtype, "head_dim": head_dim, "batch": args.batch, "heads": args.heads,
-                 "seq_q": seq, "seq_kv": seq, "status": status} for seq in args.seqs for name in REFERENCES]
+def run_references(args, dtype, head_dim, cases, workdir, progress):
+    def expected_rows(status):
+        rows = []
+        for series, seqs in cases.items():
+            causal, kv_heads, _ = series_shape(series, args)
+            rows += [{"impl": name, "series": series, "dtype": dtype, "head_dim": head_dim, "batch": args.batch,
+                      "heads": args.heads, "kv_heads": kv_heads, "causal": int(causal), "alibi": 0, "seq_q": seq,
+                      "seq_kv": seq, "status": status} for seq in seqs for name in REFERENCES]
+        return rows
 
     if args.no_reference:
-        return "", unavailable("unavailable: skipped (--no-reference)")
+        return "", expected_rows("unavailable: skipped (--no-reference)")
     csv_path = os.path.join(workdir, "reference_%s_d%d.csv" % (dtype, head_dim))
-    rc, tail = stream(reference_command(args, dtype, head_dim, csv_path), None, progress, args.dtypes)
+    rc, tail = stream(reference_command(args, dtype, head_dim, cases, csv_path), None, progress, args.dtypes)
     header, rows = read_runner_csv(csv_path)
-    have = {(r["impl"], int(r["seq_q"])) for r in rows}
-    for row in unavailable("ERROR: torch_reference.py exited with code %d (%s)" % (rc, tail[-1] if tail else "no output")):
-        if (row["impl"], row["seq_q"]) not in have:
-            progress.finish((row["impl"], dtype, head_dim, row["seq_q"]))
+    for row in rows:
+        row.setdefault("series", "headline")  # a reference script without series writes headline rows only
+    have = {(r["impl"], r["series"], int(r["seq_q"])) for r in rows}
+    for row in expected_rows("ERROR: torch_reference.py exited with code %d (%s)" % (rc, tail[-1] if tail else "no output")):
+        if (row["impl"], row["series"], row["seq_q"]) not in have:
+            progress.finish((row["impl"], row["series"], dtype, head_dim, row["seq_q"]))
             rows.append(row)
     return header, rows
 
@@ -447,12 +622,13 @@ def run_references(args, dtype, head_dim, workdir, progress):
 # Merging, the table, the plots and the docs
 
 
-def merge(stage_rows, reference_rows):
+def merge(stage_rows, reference_rows, part=""):
     merged = []
     for kind, rows in (("stage", stage_rows), ("reference", reference_rows)):
         for r in rows:
             row = {c: r.get(c, "") for c in COLUMNS}
             row["kind"] = kind
+            row["part"] = part
             row["status"] = " ".join(str(row["status"] or "ERROR: no status").replace(",", ";").split())
             if row["status"] != "PASS":  # a result without a passed check has no time, whatever was written
                 row.update(median_ms="", min_ms="", tflops="")
@@ -461,18 +637,96 @@ def merge(stage_rows, reference_rows):
     return fill_reference_ratios(merged)
 
 
-def print_table(rows, seqs):
+class MergeError(Exception):
+    """Parts that cannot be one results CSV (exit status 2)."""
+
+
+# Header values every part must share: one results CSV says one GPU, software and source revision.
+PART_AGREE = ("gpu", "driver", "cuda", "torch", "torch_cuda", "cudnn", "flash_impl", "compute_capability", "sms",
+              "cuda_driver_api", "git", "method")
+# What each part records of itself in the merged CSV, on a line named after it
+# ('# part_fp16_d64_d128=date=...; git=...; ...').
+PART_FACTS = ("date", "git", "gpu", "driver", "cuda", "torch", "sm_clock_mhz_at_start", "sm_clock_mhz_at_end",
+              "command")
+
+
+def merge_parts(paths, command):
+    """(meta [(key, value)], rows) of one results CSV made of the part CSVs at `paths`, each written
+    by bench.py --part. Every row keeps the ratios its own part measured. MergeError if a file is not
+    a part, two parts share a name or a shape, or they disagree on a PART_AGREE value."""
+    parts = []
+    for path in paths:
+        try:
+            meta, rows = read_results_csv(path)
+        except (OSError, ValueError) as e:
+            raise MergeError("cannot read %s: %s" % (shown_path(path), e))
+        name = meta.get("part", "")
+        if not name:
+            raise MergeError("%s is not a part (it has no '# part=' line): only CSVs written by bench.py --part "
+                             "can be merged" % shown_path(path))
+        if any(r["part"] != name for r in rows):
+            raise MergeError("%s: its rows do not all belong to its part %s" % (shown_path(path), name))
+        parts.append((path, meta, rows))
+    if not parts:
+        raise MergeError("no part CSVs to merge")
+    names = [meta["part"] for _, meta, _ in parts]
+    for name in set(names):
+        if names.count(name) > 1:
+            raise MergeError("two part CSVs are both part %s: %s" % (name, ", ".join(
+                shown_path(path) for path, meta, _ in parts if meta["part"] == name)))
+    for key in PART_AGREE:
+        values = collections.OrderedDict((meta["part"], meta.get(key, "")) for _, meta, _ in parts)
+        if len(set(values.values())) > 1:
+            raise MergeError("the parts differ in %s, so they are not one run: %s" % (key, "; ".join(
+                "%s: %s" % (name, value or "(none)") for name, value in values.items())))
+    owner = {}
+    for _, meta, rows in parts:
+        for row in rows:
+            key = shape_key(row)
+            if owner.setdefault(key, meta["part"]) != meta["part"]:
+                raise MergeError("parts %s and %s both measured %s, head_dim %s, S=%s (series %s): a shape belongs "
+                                 "to one part" % (owner[key], meta["part"], row["dtype"], row["head_dim"],
+                                                  row["seq_q"], row["series"]))
+
+    parts.sort(key=lambda part: part[1].get("date", ""))
+    first, last = parts[0][1], parts[-1][1]
+    skipped = collections.OrderedDict()
+    for _, meta, _ in parts:
+        for item in [s.strip() for s in meta.get("skipped", "").split(";") if s.strip()]:
+            skipped[item] = None
+    meta = [(key, first.get(key, "")) for key in ("gpu", "driver", "cuda", "torch")]
+    meta += [("sm_clock_mhz_at_start", first.get("sm_clock_mhz_at_start", "")),
+             ("sm_clock_mhz_at_end", last.get("sm_clock_mhz_at_end", ""))]
+    meta += [(key, first.get(key, "")) for key in ("sm_clock_max_mhz", "compute_capability", "sms", "cuda_driver_api",
+                                                   "torch_cuda", "cudnn", "flash_impl", "date", "git")]
+    meta += [("command", command), ("skipped", "; ".join(skipped)), ("method", first.get("method", "")),
+             ("fa_run", first.get("fa_run", "")), ("torch_reference", first.get("torch_reference", "")),
+             ("parts", ", ".join(meta_of["part"] for _, meta_of, _ in parts))]
+    for _, part_meta, _ in parts:
+        meta.append((part_meta["part"],
+                     "; ".join("%s=%s" % (key, part_meta.get(key, "unknown")) for key in PART_FACTS)))
+    rows = [row for _, _, part_rows in parts for row in part_rows]
+    rows.sort(key=lambda r: (DTYPES.index(r["dtype"]) if r["dtype"] in DTYPES else len(DTYPES),
+                             HEAD_DIMS.index(int(r["head_dim"])) if int(r["head_dim"]) in HEAD_DIMS else int(r["head_dim"])))
+    return meta, rows
+
+
+def print_table(rows):
     groups = collections.OrderedDict()
     for row in rows:
-        groups.setdefault((row["dtype"], row["head_dim"], row["batch"], row["heads"]), []).append(row)
-    for (dtype, head_dim, batch, heads), group in groups.items():
+        key = (row["series"], row["dtype"], row["head_dim"], row["batch"], row["heads"], row["kv_heads"],
+               row["causal"], row["alibi"])
+        groups.setdefault(key, []).append(row)
+    for (series, dtype, head_dim, batch, heads, kv_heads, causal, alibi), group in groups.items():
+        seqs = sorted({int(r["seq_q"]) for r in group})
         cell = {(r["impl"], int(r["seq_q"])): r for r in group}
         impls = list(collections.OrderedDict.fromkeys(r["impl"] for r in group if r["kind"] == "stage"))
         width = max([18] + [len(i) + 2 for i in impls])
         have_fa2 = any(r["impl"] == "fa2" and r["pct_of_fa2"] for r in group)
         field, what = ("pct_of_fa2", "% of FlashAttention-2 (its median time / the stage's)") if have_fa2 else \
             ("tflops", "TFLOP/s (no FA2 reference, so no % of FA2)")
-        print("\n%s, head_dim %s, batch %s, heads %s: %s" % (dtype, head_dim, batch, heads, what))
+        shape = "" if kv_heads == heads else ", kv_heads %s" % kv_heads
+        print("\n%s, head_dim %s, batch %s, heads %s%s (%s): %s" % (dtype, head_dim, batch, heads, shape, series, what))
         print("%-*s" % (width, "") + "".join("%10s" % ("S=%d" % s) for s in seqs))
 
         def show(row, field, fmt):
@@ -486,12 +740,15 @@ def print_table(rows, seqs):
         for impl in impls:
             print("%-*s" % (width, impl) + "".join("%10s" % show(cell.get((impl, s)), field, "%.1f") for s in seqs))
         for ref, label in (("fa2", "FA2 TFLOP/s"), ("cudnn", "cuDNN TFLOP/s")):
-            print("%-*s" % (width, label) + "".join("%10s" % show(cell.get((ref, s)), "tflops", "%.1f") for s in seqs))
+            if any(r["impl"] == ref for r in group):
+                print("%-*s" % (width, label) + "".join("%10s" % show(cell.get((ref, s)), "tflops", "%.1f") for s in seqs))
 
 
 def later_steps(args, csv_path):
     """The commands after the measurement: plots and README (tools/plot.py), then docs/ (tools/gen_docs.py)
-    when this run's CSV is the one they are generated from. [(what, command)]."""
+    when this run's CSV is the one they are generated from. [(what, command)]; none for a part."""
+    if args.part:
+        return []
     steps = []
     no_plots = args.no_plots or importlib.util.find_spec("matplotlib") is None
     if args.readme or not no_plots:
@@ -504,8 +761,105 @@ def later_steps(args, csv_path):
     return steps
 
 
+def results_path(args, gpu, started):
+    """Where a run's CSV goes: <out-dir>/results_<gpu>_<date>.csv, or for a part <out-dir>/parts/<part>.csv."""
+    if args.part:
+        return os.path.join(args.out_dir, PARTS_DIR, args.part_name + ".csv")
+    return os.path.join(args.out_dir, "results_%s_%s.csv" % (slug(gpu), started.strftime("%Y%m%d-%H%M%S")))
+
+
+def publish(args, meta, rows, out_csv):
+    """Writes the CSV (and latest.csv unless it is a part), prints the table and what failed, runs the
+    later steps. Returns the exit status."""
+    os.makedirs(os.path.dirname(out_csv), exist_ok=True)
+    write_results_csv(out_csv, meta, rows)
+    written = shown_path(out_csv)
+    if not args.part:
+        latest = os.path.join(args.out_dir, "latest.csv")
+        shutil.copyfile(out_csv, latest)
+        written += " (and %s)" % shown_path(latest)
+
+    print_table(rows)
+    print("\nbench.py: wrote %s" % written)
+
+    exit_code = 0
+    failed_stages = [r for r in rows if r["kind"] == "stage" and r["status"] != "PASS"]
+    failed_refs = [r for r in rows if r["kind"] == "reference" and r["status"].split(":")[0] in ("FAIL", "ERROR")]
+    unavailable = sorted({"%s (%s): %s" % (r["impl"], r["series"], r["status"]) for r in rows
+                          if r["status"].startswith("unavailable")})
+    for r in failed_stages + failed_refs:
+        print("bench.py: %s %s %s d%s S=%s: %s" % (r["impl"], r["series"], r["dtype"], r["head_dim"], r["seq_q"],
+                                                    r["status"]))
+    for line in unavailable[:6]:
+        print("bench.py: reference %s" % line)
+    if failed_stages or failed_refs:
+        print("bench.py: %d result(s) failed their check or did not run; they have no time." % (len(failed_stages) + len(failed_refs)))
+        exit_code = 1
+    if args.part:
+        print("bench.py: this is part %s; when every part is measured: python3 tools/bench.py --merge%s"
+              % (args.part_name, "" if os.path.abspath(args.out_dir) == DEFAULT_OUT_DIR
+                 else " --out-dir " + shlex.quote(shown_path(args.out_dir))))
+
+    for what, cmd in later_steps(args, out_csv):
+        if "--no-plots" in cmd and not args.no_plots:
+            print("bench.py: matplotlib is not installed for %s, so there are no plots (pip install matplotlib; then "
+                  "python3 tools/plot.py %s)" % (sys.executable, shown_path(out_csv)))
+        rc, _ = stream(cmd)
+        if rc != 0:
+            print("bench.py: the %s step failed (exit code %d): %s" % (what, rc, show_command(cmd)), file=sys.stderr)
+            exit_code = exit_code or 1
+    return exit_code
+
+
+def merge_main(args, command):
+    paths = args.merge or sorted(glob.glob(os.path.join(args.out_dir, PARTS_DIR, "*.csv")))
+    if not paths:
+        print("bench.py: no part CSVs in %s (bench.py --part writes them)" % shown_path(os.path.join(args.out_dir, PARTS_DIR)),
+              file=sys.stderr)
+        return 2
+    try:
+        meta, rows = merge_parts(paths, command)
+    except MergeError as e:
+        print("bench.py: cannot merge: %s; nothing was written" % e, file=sys.stderr)
+        return 2
+    facts = dict(meta)
+    print("bench.py: merging %d part(s): %s" % (len(paths), ", ".join(shown_path(p) for p in paths)))
+    try:
+        started = datetime.datetime.strptime(facts.get("date", ""), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        started = datetime.datetime.now(datetime.timezone.utc)
+    return publish(args, meta, rows, results_path(args, facts.get("gpu", "unknown GPU"), started))
+
+
+def launch_time_estimate(args, planned, csv_path):
+    """A line on the GPU time the planned launches alone would take (1 checked + warmup + reps per
+    result), from the medians of an earlier run's CSV; what that CSV lacks is counted, not guessed."""
+    if not os.path.exists(csv_path):
+        return "bench.py: no %s to estimate the launch time from" % shown_path(csv_path)
+    try:
+        _, rows = read_results_csv(csv_path)
+    except (OSError, ValueError) as e:
+        return "bench.py: cannot read %s to estimate the launch time (%s)" % (shown_path(csv_path), e)
+    median_ms = {(r["impl"], r["series"], r["dtype"], int(r["head_dim"]), int(r["seq_q"])): number(r["median_ms"])
+                 for r in rows if r["status"] == "PASS" and int(r["batch"]) == args.batch and int(r["heads"]) == args.heads}
+    known = [median_ms[key] for key in planned if median_ms.get(key)]
+    seconds = sum(known) * (1 + args.warmup + args.reps) / 1000.0
+    return ("bench.py: the launches alone (1 checked + %d warm-up + %d timed per result) take ~%s of GPU time for the "
+            "%d of %d results that %s has a median for; each result's check, each shape's data and fp64 reference "
+            "and each process's start come on top (docs/benchmarking.md, Run length)"
+            % (args.warmup, args.reps, fmt_duration(seconds), len(known), len(planned), shown_path(csv_path)))
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    command = " ".join(shlex.quote(a) for a in [os.path.relpath(os.path.abspath(sys.argv[0]), REPO)]
+                       + (sys.argv[1:] if argv is None else list(argv)))
+    if args.merge is not None:
+        if args.dry_run:
+            paths = args.merge or sorted(glob.glob(os.path.join(args.out_dir, PARTS_DIR, "*.csv")))
+            print("bench.py: dry run: would merge %s" % (", ".join(shown_path(p) for p in paths) or "nothing (no parts)"))
+            return 0
+        return merge_main(args, command)
     fa_run = os.path.join(os.path.abspath(args.build_dir), "fa_run")
     if not args.dry_run and not os.access(fa_run, os.X_OK):
         print("bench.py: %s not found. Build it first:\n  cmake -S . -B build && cmake --build build --target fa_run\n"
@@ -525,29 +879,39 @@ def main(argv=None):
     if gpu_cc is None:
         print("bench.py: the GPU's compute capability is unknown (no nvidia-smi, or it does not say); every "
               "stage is handed to fa_run, which refuses those this GPU cannot run", flush=True)
-    # Per (dtype, head_dim): the stages that declare it.
-    plan = [(dtype, head_dim, [s["name"] for s in to_run if dtype in s["dtypes"] and head_dim in s["head_dims"]])
-            for dtype in args.dtypes for head_dim in args.head_dims]
-    planned = [(name, dtype, head_dim, seq) for dtype, head_dim, names in plan for seq in args.seqs for name in names]
-    if not args.no_reference:
-        planned += [(ref, dtype, head_dim, seq) for dtype, head_dim, _ in plan for seq in args.seqs for ref in REFERENCES]
+    runs = plan_runs(args, to_run)
+    references = reference_plan(args, runs)
+    planned = planned_results(args, runs, references)
     print("bench.py: stages %s; dtypes %s; head_dims %s; seqs %s; batch %d; heads %d; %d warm-up + %d timed "
           "launches; %d results to measure"
           % (",".join(s["name"] for s in to_run) or "none", ",".join(args.dtypes), ",".join(map(str, args.head_dims)),
              ",".join(map(str, args.seqs)), args.batch, args.heads, args.warmup, args.reps, len(planned)), flush=True)
+    per_series = collections.Counter(key[1] for key in planned)
+    for series in args.series:
+        names = list(collections.OrderedDict.fromkeys(n for run in runs if run.series == series for n in run.names))
+        feature = SERIES[series][0]
+        print("bench.py: series %s: %d results%s" % (
+            series, per_series[series],
+            "" if feature is None else "; stages declaring %s%s: %s" % (
+                feature, " (the newest per target)" if args.feature_stages == "newest" else "",
+                ", ".join(names) or "none")), flush=True)
 
     if args.dry_run:
+        print(launch_time_estimate(args, planned, os.path.join(DEFAULT_OUT_DIR, "latest.csv")), flush=True)
         placeholder = os.path.join(tempfile.gettempdir(), "fa_bench_XXXX")
         print("bench.py: dry run, nothing is run; the commands:")
-        for dtype, head_dim, names in plan:
-            if names:
-                print(show_command(fa_run_command(args, fa_run, names, dtype, head_dim, args.seqs,
-                                                  os.path.join(placeholder, "stages_%s_d%d.csv" % (dtype, head_dim)))))
-            if not args.no_reference:
-                print(show_command(reference_command(args, dtype, head_dim,
-                                                     os.path.join(placeholder, "reference_%s_d%d.csv" % (dtype, head_dim)))))
-        out_csv = os.path.join(args.out_dir, "results_<gpu>_<date>.csv")
-        print("then: write %s and %s" % (shown_path(out_csv), shown_path(os.path.join(args.out_dir, "latest.csv"))))
+        for dtype in args.dtypes:
+            for head_dim in args.head_dims:
+                for run in [r for r in runs if (r.dtype, r.head_dim) == (dtype, head_dim)]:
+                    csv_path = os.path.join(placeholder, "stages_%s_%s_d%d.csv" % (run.series, dtype, head_dim))
+                    print(show_command(fa_run_command(args, fa_run, run, csv_path)))
+                if not args.no_reference and (dtype, head_dim) in references:
+                    csv_path = os.path.join(placeholder, "reference_%s_d%d.csv" % (dtype, head_dim))
+                    print(show_command(reference_command(args, dtype, head_dim, references[(dtype, head_dim)], csv_path)))
+        out_csv = (os.path.join(args.out_dir, PARTS_DIR, args.part_name + ".csv") if args.part
+                   else os.path.join(args.out_dir, "results_<gpu>_<date>.csv"))
+        print("then: write %s%s" % (shown_path(out_csv), "" if args.part else
+                                    " and %s" % shown_path(os.path.join(args.out_dir, "latest.csv"))))
         for what, cmd in later_steps(args, out_csv):
             print(show_command(cmd))
         return 0
@@ -555,7 +919,6 @@ def main(argv=None):
     started = datetime.datetime.now(datetime.timezone.utc)
     git = git_revision()
     env = dict(os.environ, FA_GIT_REV=git)
-    command = " ".join(shlex.quote(a) for a in [os.path.relpath(os.path.abspath(sys.argv[0]), REPO)] + sys.argv[1:])
     if not args.no_reference and importlib.util.find_spec("torch") is None:
         print("bench.py: PyTorch is not installed for %s: the reference rows (FA2, cuDNN) will say "
               "'torch unavailable' and there is no %% of FA2." % sys.executable, flush=True)
@@ -565,14 +928,17 @@ def main(argv=None):
     runner_header = reference_header = ""
     with tempfile.TemporaryDirectory(prefix="fa_bench_") as workdir:
         try:
-            for dtype, head_dim, names in plan:
-                if names:
-                    header, rows = run_stages(args, fa_run, names, dtype, head_dim, workdir, env, progress)
-                    runner_header = runner_header or header
-                    stage_rows += rows
-                header, rows = run_references(args, dtype, head_dim, workdir, progress)
-                reference_header = reference_header or header
-                reference_rows += rows
+            for dtype in args.dtypes:
+                for head_dim in args.head_dims:
+                    for run in [r for r in runs if (r.dtype, r.head_dim) == (dtype, head_dim)]:
+                        header, rows = run_stages(args, fa_run, run, workdir, env, progress)
+                        runner_header = runner_header or header
+                        stage_rows += rows
+                    if (dtype, head_dim) in references:
+                        header, rows = run_references(args, dtype, head_dim, references[(dtype, head_dim)], workdir,
+                                                      progress)
+                        reference_header = reference_header or header
+                        reference_rows += rows
         except Abort as e:
             print(e, file=sys.stderr)
             return e.code
@@ -602,47 +968,21 @@ def main(argv=None):
         ("skipped", "; ".join(m.replace("bench.py: skipping ", "") for m in skipped)),
         ("method", "each result checked against fp64 attention first (no time if it fails); then %d warm-up "
                    "and %d timed launches, each between its own CUDA events; median_ms/min_ms over those; "
-                   "tflops = 4*batch*heads*seq_q*seq_kv*head_dim / median; pct_of_fa2 (pct_of_cudnn) = "
-                   "100 * FA2's (cuDNN's) median / median" % (args.warmup, args.reps)),
+                   "tflops = 4*batch*heads*seq_q*seq_kv*head_dim / median (causal rows: half of that at seq_q = "
+                   "seq_kv); pct_of_fa2 (pct_of_cudnn) = 100 * FA2's (cuDNN's) median / median, same shape and "
+                   "series options (is_causal, enable_gqa)" % (args.warmup, args.reps)),
         ("fa_run", runner_header or "none"),
         ("torch_reference", reference_header or "none"),
+        ("part", args.part_name),
     ]
-    rows = merge(stage_rows, reference_rows)
-    # One block per (dtype, head_dim): stages in registry order, then the references; seq ascending.
+    rows = merge(stage_rows, reference_rows, args.part_name)
+    # One block per (dtype, head_dim): per series, stages in registry order, then the references; seq ascending.
     order = {name: i for i, name in enumerate([s["name"] for s in to_run] + list(REFERENCES))}
+    series_order = list(SERIES)
     rows.sort(key=lambda r: (args.dtypes.index(r["dtype"]), args.head_dims.index(int(r["head_dim"])),
-                             r["kind"] != "stage", order.get(r["impl"], len(order)), int(r["seq_q"])))
-
-    os.makedirs(args.out_dir, exist_ok=True)
-    out_csv = os.path.join(args.out_dir, "results_%s_%s.csv" % (slug(gpu), started.strftime("%Y%m%d-%H%M%S")))
-    write_results_csv(out_csv, meta, rows)
-    latest = os.path.join(args.out_dir, "latest.csv")
-    shutil.copyfile(out_csv, latest)
-
-    print_table(rows, args.seqs)
-    print("\nbench.py: wrote %s (and %s)" % (shown_path(out_csv), shown_path(latest)))
-
-    exit_code = 0
-    failed_stages = [r for r in rows if r["kind"] == "stage" and r["status"] != "PASS"]
-    failed_refs = [r for r in rows if r["kind"] == "reference" and r["status"].split(":")[0] in ("FAIL", "ERROR")]
-    unavailable = sorted({"%s: %s" % (r["impl"], r["status"]) for r in rows if r["status"].startswith("unavailable")})
-    for r in failed_stages + failed_refs:
-        print("bench.py: %s %s d%s S=%s: %s" % (r["impl"], r["dtype"], r["head_dim"], r["seq_q"], r["status"]))
-    for line in unavailable[:6]:
-        print("bench.py: reference %s" % line)
-    if failed_stages or failed_refs:
-        print("bench.py: %d result(s) failed their check or did not run; they have no time." % (len(failed_stages) + len(failed_refs)))
-        exit_code = 1
-
-    for what, cmd in later_steps(args, out_csv):
-        if "--no-plots" in cmd and not args.no_plots:
-            print("bench.py: matplotlib is not installed for %s, so there are no plots (pip install matplotlib; then "
-                  "python3 tools/plot.py %s)" % (sys.executable, shown_path(out_csv)))
-        rc, _ = stream(cmd)
-        if rc != 0:
-            print("bench.py: the %s step failed (exit code %d): %s" % (what, rc, show_command(cmd)), file=sys.stderr)
-            exit_code = exit_code or 1
-    return exit_code
+                             series_order.index(r["series"]), r["kind"] != "stage", order.get(r["impl"], len(order)),
+                             int(r["seq_q"])))
+    return publish(args, meta, rows, results_path(args, gpu, started))
 
 
 if __name__ == "__main__":

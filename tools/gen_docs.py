@@ -13,7 +13,9 @@ hand-written):
         repository) in a ```diff fence; for the first stage of a track (no parent), its file list
     <!-- results:begin --> ... <!-- results:end -->                                (section "results")
         from the benchmark CSV, for this stage and its parent: per configuration and sequence
-        length, median ms, TFLOP/s, % of FA2 and the change in time against the parent; where the
+        length, median ms, TFLOP/s, % of FA2 and the change in time against the parent; the
+        causal, any-length, grouped-query and ALiBi rows (tools/results_csv.py SERIES) in one table
+        per series, with the parent only where it has such rows (declares the feature too); where the
         numbers come from (GPU, date, git revision, CSV); and whether stages/<stage>/,
         stages/<parent>/ or common/ changed since the CSV's git revision (git diff against the
         working tree; said so plainly when git or the revision is not available). A page whose
@@ -46,6 +48,7 @@ be checked (CTest reports 77 as skipped). Standard library only.
 """
 
 import argparse
+import collections
 import difflib
 import glob
 import os
@@ -220,42 +223,90 @@ def cell(row, field, fmt):
     return fmt(row[field])
 
 
-def results_section(stage, parent, results, csv_path, freshness):
+# The title of a series' one table on a stage page (the headline has one table per configuration).
+SERIES_TITLES = {"causal": "Causal (seq_q = seq_kv; % of FA2 run with is_causal=True)",
+                 "any_length": "Any length (lengths that are multiples of no tile; % of FA2 at the same length)",
+                 "gqa": "Grouped-query attention (% of FA2 run with enable_gqa=True)",
+                 "alibi": "ALiBi (no FA2 with ALiBi to compare with)"}
+
+
+def results_table(title, cells, stage, versus, with_cudnn=False):
+    """One table of a stage page: a row per (configuration, S) in `cells` [(group, seq)], the
+    configuration as a first column where the cells span several; with `versus` (the parent) its
+    time, TFLOP/s and % of FA2 beside the stage's; with_cudnn (a Hopper-track stage) adds the
+    stage's % of cuDNN."""
+    spans = len({g.key for g, _ in cells}) > 1
+    first = "| configuration | S |" if spans else "| S |"
+    rule = "|---|---:|" if spans else "|---:|"
+    lines = ["**%s**" % title, ""]
+    if versus:
+        lines.append(first + " %s ms | %s ms | time vs %s | %s TFLOP/s | %s TFLOP/s | %s %% of FA2 | %s %% of FA2 |"
+                     % (versus, stage, versus[:2], versus, stage, versus, stage))
+        lines.append(rule + "---:|---:|---:|---:|---:|---:|---:|")
+    else:
+        lines.append(first + " %s ms | %s TFLOP/s | %s %% of FA2 |" % (stage, stage, stage))
+        lines.append(rule + "---:|---:|---:|")
+    if with_cudnn:
+        lines[-2] += " %s %% of cuDNN |" % stage
+        lines[-1] += "---:|"
+    ms = lambda r: cell(r, "ms", fmt_ms)
+    tf = lambda r: cell(r, "tf", lambda v: "%.1f" % v)
+    pct = lambda r: cell(r, "pct", lambda v: "%.1f" % v)
+    pct_cudnn = lambda r: cell(r, "pct_cudnn", lambda v: "%.1f" % v)
+    for g, s in cells:
+        lead = "| %s, %s | %s |" % (g.dtype, g.config(with_series=False), seq_label(s)) if spans else "| %s |" % seq_label(s)
+        this, prev = g.get(stage, s), g.get(versus, s) if versus else None
+        if versus:
+            change = "-"
+            if this["ms"] is not None and prev is not None and prev["ms"] is not None:
+                change = "%+.1f%%" % (100.0 * (this["ms"] / prev["ms"] - 1.0))
+            lines.append("%s %s | %s | %s | %s | %s | %s | %s |" % (
+                lead, ms(prev), ms(this), change, tf(prev), tf(this), pct(prev), pct(this)))
+        else:
+            lines.append("%s %s | %s | %s |" % (lead, ms(this), tf(this), pct(this)))
+        if with_cudnn:
+            lines[-1] += " %s |" % pct_cudnn(this)
+    return "\n".join(lines)
+
+
+def results_section(stage, parent, results, csv_path, freshness, hopper=False):
+    """The results section of a stage page; hopper (an sm_90a stage, the track measured against
+    cuDNN) adds the stage's % of cuDNN to every table."""
     if results is None:
         return NO_RESULTS
     meta, groups = results
     blocks = []
-    for g in groups:
-        seqs = [s for s in g.seqs if g.get(stage, s) is not None]
-        if not seqs:
+    # The headline: one table per configuration, against the parent.
+    for g in [g for g in groups if g.series == "headline"]:
+        cells = [(g, s) for s in g.seqs if g.get(stage, s) is not None]
+        if cells:
+            blocks.append(results_table(g.title(), cells, stage, parent, hopper))
+    # Every other series: one table over its configurations; the parent only where it has rows there
+    # (it declares the feature too).
+    for series in list(collections.OrderedDict.fromkeys(g.series for g in groups if g.series != "headline")):
+        mine = [g for g in groups if g.series == series]
+        cells = [(g, s) for g in mine for s in g.seqs if g.get(stage, s) is not None]
+        if not cells:
             continue
-        lines = ["**%s**" % g.title(), ""]
-        if parent:
-            lines.append("| S | %s ms | %s ms | time vs %s | %s TFLOP/s | %s TFLOP/s | %s %% of FA2 | %s %% of FA2 |"
-                         % (parent, stage, parent[:2], parent, stage, parent, stage))
-            lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
-        else:
-            lines.append("| S | %s ms | %s TFLOP/s | %s %% of FA2 |" % (stage, stage, stage))
-            lines.append("|---:|---:|---:|---:|")
-        for s in seqs:
-            this, prev = g.get(stage, s), g.get(parent, s) if parent else None
-            ms = lambda r: cell(r, "ms", fmt_ms)
-            tf = lambda r: cell(r, "tf", lambda v: "%.1f" % v)
-            pct = lambda r: cell(r, "pct", lambda v: "%.1f" % v)
-            if parent:
-                change = "-"
-                if this["ms"] is not None and prev is not None and prev["ms"] is not None:
-                    change = "%+.1f%%" % (100.0 * (this["ms"] / prev["ms"] - 1.0))
-                lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                    seq_label(s), ms(prev), ms(this), change, tf(prev), tf(this), pct(prev), pct(this)))
-            else:
-                lines.append("| %s | %s | %s | %s |" % (seq_label(s), ms(this), tf(this), pct(this)))
-        blocks.append("\n".join(lines))
+        versus = parent if parent and any(g.get(parent, s) for g, s in cells) else None
+        shape = mine[0]
+        title = "%s, batch %d, heads %d" % (SERIES_TITLES.get(series, series), shape.batch, shape.heads)
+        blocks.append(results_table(title, cells, stage, versus, hopper))
     if not blocks:
         return "The benchmark CSV `%s` has no rows for `%s`; run `bash scripts/run_all.sh`." % (
             shown_path(csv_path), stage)
     legend = ("Median of the timed launches; TFLOP/s = 4 * batch * heads * seq_q * seq_kv * head_dim / median; "
               "% of FA2 = FA2's median / this median (same run, same GPU)")
+    if any(g.causal and any(g.get(stage, s) for s in g.seqs) for g in groups):
+        legend += ("; causal rows count half the FLOPs (seq_q = seq_kv) and are compared with FA2 run with "
+                   "is_causal=True")
+    if any(g.kv_heads != g.heads and any(g.get(stage, s) for s in g.seqs) for g in groups):
+        legend += "; grouped-query rows are compared with FA2 run with enable_gqa=True"
+    if any(g.alibi and any(g.get(stage, s) for s in g.seqs) for g in groups):
+        legend += ("; ALiBi rows have no % of FA2 (PyTorch's fused backends take no ALiBi): the README compares "
+                   "them with this stage without ALiBi")
+    if hopper:
+        legend += "; % of cuDNN = cuDNN's median / this median (same run), for this Hopper-track stage"
     if parent:
         legend += "; time vs %s = this median / its median - 1 (negative = faster)" % parent[:2]
     legend += ". A cell that is not a number is the status of a result that did not pass its check or did not run."
@@ -471,7 +522,8 @@ def main(argv=None):
         if "diff" in wanted:
             sections.append(("diff", diff_section(stage.name, stage.parent)))
         if "results" in wanted:
-            sections.append(("results", results_section(stage.name, stage.parent, page_results, page_csv, freshness)))
+            sections.append(("results", results_section(stage.name, stage.parent, page_results, page_csv, freshness,
+                                                        hopper=stage.target == "sm_90a")))
         if "sass" in wanted:
             body, why_not = sass_section(stage, parent, build)
             recorded = SASS_BUILD.search(section_body(text, "sass") or "")

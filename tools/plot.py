@@ -5,7 +5,8 @@
     python3 tools/plot.py CSV              # from another CSV (tools/bench.py does this after a run)
     python3 tools/plot.py --check          # exit 1 if the README's results differ from that CSV
 
-For each configuration in the CSV (dtype, head_dim, ...; slug e.g. fp16_d128):
+For each configuration in the CSV (dtype, head_dim, ...; slug e.g. fp16_d128) of the headline,
+causal and grouped-query series (fp16_d128_causal, fp16_d128_kv8):
   <out-dir>/<slug>_hist.png    every stage's % of FlashAttention-2, one bar per sequence length,
                                labeled with its TFLOP/s; FA2 (100%) and cuDNN as horizontal lines
   <out-dir>/<slug>_tflops.png  TFLOP/s against sequence length, every stage and reference
@@ -153,7 +154,7 @@ def plot_histogram(group, meta, csv_path, path):
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
     ax.grid(axis="y", color="#dddddd", zorder=0)
     ax.set_axisbelow(True)
-    note = ("bar labels: TFLOP/s = 4*B*H*Sq*Skv*D / median time" if use_pct
+    note = ("bar labels: TFLOP/s = %s / median time" % flops_formula(group) if use_pct
             else "FA2 reference unavailable: bars show TFLOP/s")
     ax.set_title("%s: FlashAttention-2 forward, stage by stage\n%s  (%s)"
                  % (meta.get("gpu", "unknown GPU"), group.title(), note), fontsize=11)
@@ -220,7 +221,7 @@ def plot_tflops(group, meta, csv_path, path):
     ax.minorticks_off()
     ax.set_xlabel(("sequence length (seq_q = seq_kv)" if all(s[0] == s[1] for s in group.seqs) else "seq_q")
                   + "; stages drawn side by side in legend order around each length")
-    ax.set_ylabel("TFLOP/s (4*B*H*Sq*Skv*D / median time)")
+    ax.set_ylabel("TFLOP/s (%s / median time)" % flops_formula(group))
     ax.set_ylim(bottom=0)
     ax.grid(color="#dddddd")
     ax.set_title("%s: TFLOP/s by sequence length\n%s" % (meta.get("gpu", "unknown GPU"), group.title()), fontsize=11)
@@ -229,6 +230,11 @@ def plot_tflops(group, meta, csv_path, path):
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     save(fig, path)
     plt.close(fig)
+
+
+def flops_formula(group):
+    """The FLOP count of the group's TFLOP/s: causal rows (seq_q = seq_kv) count half."""
+    return "2*B*H*S^2*D" if group.causal else "4*B*H*Sq*Skv*D"
 
 
 def plot_paths(group, out_dir):
@@ -271,7 +277,8 @@ def main(argv=None):
     if args.check:
         bodies = results_tables.readme_bodies(groups, meta, csv_path, args.readme, args.out_dir)
         expected = results_tables.replace_sections(readme_text, bodies)
-        missing = [shown_path(p) for g in groups for p in plot_paths(g, args.out_dir) if not os.path.exists(p)]
+        missing = [shown_path(p) for g in groups if g.plotted() for p in plot_paths(g, args.out_dir)
+                   if not os.path.exists(p)]
         for path in missing:
             print("plot.py: %s is missing (run python3 tools/plot.py %s)" % (path, shown_path(csv_path)), file=sys.stderr)
         if expected != readme_text:
@@ -294,7 +301,7 @@ def main(argv=None):
                   "or pass --no-plots to rewrite only the README" % e, file=sys.stderr)
             return 3
         os.makedirs(args.out_dir, exist_ok=True)
-        for group in groups:
+        for group in [g for g in groups if g.plotted()]:
             hist, line = plot_paths(group, args.out_dir)
             plot_histogram(group, meta, csv_path, hist)
             plot_tflops(group, meta, csv_path, line)

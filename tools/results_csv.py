@@ -7,7 +7,8 @@ and the README's results) and tools/gen_docs.py (the tables in docs/) must agree
 
 The file: '# key=value' header lines (GPU, driver, CUDA, git revision, ...), then a CSV header and
 one row per result. Files written by older versions of bench.py stay readable: a column they lack
-gets its default (DEFAULTS), a column this version does not know is kept as it is.
+gets its default (normalize_row: non-causal, kv_heads = heads, no ALiBi, the series those imply),
+a column this version does not know is kept as it is.
 Standard library only.
 """
 
@@ -15,12 +16,29 @@ import csv
 import math
 
 # The columns bench.py writes, in order. Every row read has all of them.
-COLUMNS = ["impl", "kind", "dtype", "head_dim", "batch", "heads", "seq_q", "seq_kv", "median_ms", "min_ms",
-           "tflops", "pct_of_fa2", "pct_of_cudnn", "max_abs_err", "rel_l2_err", "status"]
+#   series    which comparison the row belongs to (SERIES)
+#   kv_heads  key/value heads (= heads, or fewer: grouped-query attention)
+#   causal    1: causal masking (aligned to the bottom-right; bench.py runs it at seq_q = seq_kv only)
+#   alibi     1: ALiBi position bias added to the scores
+#   part      the part of a job run in parts (bench.py --part, then --merge); empty for one-piece runs
+COLUMNS = ["impl", "kind", "series", "dtype", "head_dim", "batch", "heads", "kv_heads", "causal", "alibi", "seq_q",
+           "seq_kv", "median_ms", "min_ms", "tflops", "pct_of_fa2", "pct_of_cudnn", "max_abs_err", "rel_l2_err",
+           "status", "part"]
 
-# Columns of general attention (causal masking, grouped K/V heads) that no stage measures yet; rows
-# without them are non-causal with one K/V head per query head.
-SHAPE_COLUMNS = ["dtype", "head_dim", "batch", "heads", "kv_heads", "causal", "seq_q", "seq_kv"]
+# What makes two rows the same problem (a stage and its references share it).
+SHAPE_COLUMNS = ["dtype", "head_dim", "batch", "heads", "kv_heads", "causal", "alibi", "seq_q", "seq_kv"]
+
+# The comparisons a run measures, each a set of rows with a table of its own: series -> (stage.json
+# feature a stage must declare to be run in it, or None for every stage; what it compares).
+SERIES = {
+    "headline": (None, "non-causal attention at the headline lengths, every stage against FA2 and cuDNN"),
+    "causal": ("causal", "causal attention at seq_q = seq_kv against FA2 and cuDNN with is_causal=True"),
+    "any_length": ("any_length", "lengths that are not multiples of any tile (S = 1000, 4000): TFLOP/s per useful "
+                                 "FLOP against the same stage at 1024 and 4096"),
+    "gqa": ("gqa", "grouped-query attention (fewer K/V heads than query heads) against FA2 and cuDNN with "
+                   "enable_gqa=True"),
+    "alibi": ("alibi", "ALiBi against the same stage without it (PyTorch's fused backends take no ALiBi)"),
+}
 
 # The references measured in the same run as the stages: impl name -> (long, short) label.
 REFERENCES = {"fa2": ("FlashAttention-2 (PyTorch flash backend)", "FA2"),
@@ -53,6 +71,31 @@ def fmt_ms(ms):
     return "%.*f" % (decimals, ms)
 
 
+def attention_flops(batch, heads, seq_q, seq_kv, head_dim, causal=False):
+    """FLOPs of one forward pass: 4 * batch * heads * (query, key) pairs * head_dim (two matmuls).
+    Causal (aligned to the bottom-right) counts only the pairs on and below the diagonal as a
+    continuous area, so that seq_q = seq_kv gives half the non-causal count, the FlashAttention
+    papers' convention. Mirrors fa::attention_flops in common/harness.h."""
+    if not causal:
+        pairs = float(seq_q) * seq_kv
+    elif seq_q <= seq_kv:
+        pairs = float(seq_q) * seq_kv - float(seq_q) * seq_q / 2.0
+    else:
+        pairs = float(seq_kv) * seq_kv / 2.0
+    return 4.0 * batch * heads * pairs * head_dim
+
+
+def default_series(row):
+    """The series of a row from a CSV written before the series column existed."""
+    if str(row.get("causal", "0")) not in ("", "0"):
+        return "causal"
+    if str(row.get("alibi", "0")) not in ("", "0"):
+        return "alibi"
+    if str(row.get("kv_heads", "")) not in ("", str(row.get("heads", ""))):
+        return "gqa"
+    return "headline"
+
+
 def shape_key(row):
     """What makes two rows the same problem (a stage and its references share it)."""
     return tuple(str(row.get(c, "")) for c in SHAPE_COLUMNS)
@@ -64,17 +107,20 @@ def passed(row):
 
 
 def fill_reference_ratios(rows):
-    """Sets every empty pct_of_<reference> cell that both times allow (a row that did not pass has none).
-    bench.py leaves them all empty and calls this; a CSV from before pct_of_cudnn existed gets it here."""
+    """Sets every empty pct_of_<reference> cell that both times allow (a row that did not pass has none),
+    from the reference of the same shape in the same part (a run in parts: each row's ratio comes from
+    the references measured in its own part). bench.py leaves them all empty and calls this; a CSV
+    from before pct_of_cudnn existed gets it here."""
     reference_ms = {}
     for row in rows:
         if row.get("impl") in REFERENCES and row.get("kind") == "reference" and passed(row):
-            reference_ms[(row["impl"], shape_key(row))] = number(row["median_ms"])
+            reference_ms[(row["impl"], shape_key(row), row.get("part", ""))] = number(row["median_ms"])
     for row in rows:
         for column, reference in RATIO_COLUMNS.items():
             if row.get(column, "") != "":
                 continue
-            ms, ref = number(row.get("median_ms")) if passed(row) else None, reference_ms.get((reference, shape_key(row)))
+            ms = number(row.get("median_ms")) if passed(row) else None
+            ref = reference_ms.get((reference, shape_key(row), row.get("part", "")))
             row[column] = "%.2f" % (100.0 * ref / ms) if ms and ref else ""
     return rows
 
@@ -89,15 +135,18 @@ def normalize_row(row):
         row["kind"] = "reference" if row["impl"] in REFERENCES else "stage"
     if not row.get("kv_heads"):
         row["kv_heads"] = row["heads"]
-    if not row.get("causal"):
-        row["causal"] = "0"
+    for flag in ("causal", "alibi"):
+        if not row.get(flag):
+            row[flag] = "0"
+    if not row.get("series"):
+        row["series"] = default_series(row)
     return row
 
 
 def read_results_csv(path):
     """(meta: {key: value} from the '# key=value' lines (first one wins), rows: [dict of str]).
 
-    Every row has every column of COLUMNS and SHAPE_COLUMNS (normalize_row); pct_of_fa2 and
+    Every row has every column of COLUMNS (normalize_row); pct_of_fa2 and
     pct_of_cudnn are filled in where the file left them out (fill_reference_ratios)."""
     meta, lines = {}, []
     with open(path, newline="", encoding="utf-8") as f:

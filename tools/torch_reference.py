@@ -5,6 +5,14 @@
            FlashAttention-2 as shipped inside PyTorch ("official" in STAGES.md)
     cudnn  the same under sdpa_kernel(SDPBackend.CUDNN_ATTENTION): cuDNN's fused attention
 
+The cases, each a row per backend (its `series`, as in tools/results_csv.py):
+    --seqs             headline: non-causal, as many K/V heads as query heads
+    --causal-seqs      causal: is_causal=True at seq_q = seq_kv (where SDPA's top-left alignment and
+                       the project's bottom-right one agree); FLOPs halved
+    --any-length-seqs  any_length: non-causal, lengths that are not multiples of a tile
+    --gqa-seqs         gqa: --kv-heads K/V heads shared by heads / kv_heads query heads each, through
+                       enable_gqa=True (a backend that has no kernel for it is a row saying why)
+
 Same method as the C++ runner (tools/fa_run.cpp, common/harness.cu):
   * fresh seeded normal inputs in the project's [batch, seq, heads, head_dim] layout, handed to SDPA
     as q.transpose(1, 2) views (the [batch, heads, seq, head_dim] shape SDPA expects, same memory);
@@ -14,17 +22,18 @@ Same method as the C++ runner (tools/fa_run.cpp, common/harness.cu):
   * `warmup` launches, then `reps` launches each timed by its own pair of CUDA events; median, min.
 
 The check is common/checker.h's rule: on sampled query rows (first, last and random ones) of every
-(batch, head), each row's largest error against an fp64 attention may be at most 2x the error of a
-plain low-precision attention (scores and softmax in fp32, probabilities rounded to the input
-dtype before P V, output rounded to the dtype) on that row -- counted as at least the dtype's
-rounding of the row's largest output, raised to the head's largest relative error -- plus 1e-5 of
-the row's scale. NaN fails, and every output element must be finite.
+(batch, head), each row's largest error against an fp64 attention (with the case's causal mask and
+K/V head of each query head) may be at most 2x the error of a plain low-precision attention (scores
+and softmax in fp32, probabilities rounded to the input dtype before P V, output rounded to the
+dtype) on that row -- counted as at least the dtype's rounding of the row's largest output, raised
+to the head's largest relative error -- plus 1e-5 of the row's scale. NaN fails, and every output
+element must be finite.
 
 Writes the runner's CSV format: one '# key=value; ...' line, then
-    impl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status
+    impl,series,dtype,head_dim,batch,heads,kv_heads,causal,seq_q,seq_kv,median_ms,min_ms,tflops,max_abs_err,rel_l2_err,tolerance,status
 with status PASS, "FAIL: ...", "ERROR: ..." or "unavailable: <reason>" (no time unless PASS).
 tools/bench.py runs it in its own process, so the C++ side never imports torch. Without torch (or
-without a CUDA device) it still writes one row per shape and backend, marked unavailable, and exits 0.
+without a CUDA device) it still writes one row per case and backend, marked unavailable, and exits 0.
 """
 
 import argparse
@@ -36,10 +45,11 @@ import sys
 import warnings
 
 from cli_util import int_list
+from results_csv import attention_flops
 
 BACKENDS = ("fa2", "cudnn")
-COLUMNS = ["impl", "dtype", "head_dim", "batch", "heads", "seq_q", "seq_kv", "median_ms", "min_ms",
-           "tflops", "max_abs_err", "rel_l2_err", "tolerance", "status"]
+COLUMNS = ["impl", "series", "dtype", "head_dim", "batch", "heads", "kv_heads", "causal", "seq_q", "seq_kv",
+           "median_ms", "min_ms", "tflops", "max_abs_err", "rel_l2_err", "tolerance", "status"]
 TOLERANCE_FACTOR = 2.0
 TOLERANCE_EPSILON = 1e-5
 
@@ -53,7 +63,15 @@ def parse_args(argv):
     p.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16", help="input dtype (default fp16)")
     p.add_argument("--head-dim", type=int, default=128, help="head_dim (default 128)")
     p.add_argument("--seqs", type=int_list, default=int_list("1024,2048,4096,8192"),
-                   help="query lengths; seq_kv = seq_q (default 1024,2048,4096,8192)")
+                   help="headline cases: query lengths, seq_kv = seq_q (default 1024,2048,4096,8192)")
+    p.add_argument("--no-headline", action="store_true", help="no headline cases (only the ones below)")
+    p.add_argument("--causal-seqs", type=int_list, default=[],
+                   help="causal cases (is_causal=True), seq_kv = seq_q (default none)")
+    p.add_argument("--any-length-seqs", type=int_list, default=[],
+                   help="any-length cases (non-causal), seq_kv = seq_q (default none)")
+    p.add_argument("--gqa-seqs", type=int_list, default=[],
+                   help="grouped-query cases (non-causal, --kv-heads K/V heads, enable_gqa=True) (default none)")
+    p.add_argument("--kv-heads", type=int, default=8, help="K/V heads of the --gqa-seqs cases (default 8)")
     p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
     p.add_argument("--heads", type=int, default=32, help="heads (default 32)")
     p.add_argument("--warmup", type=int, default=5, help="untimed launches before timing (default 5)")
@@ -71,7 +89,22 @@ def parse_args(argv):
             p.error("unknown backend %r (known: %s)" % (b, ", ".join(BACKENDS)))
     if args.reps < 1 or args.warmup < 0:
         p.error("--reps must be >= 1 and --warmup >= 0")
+    if args.kv_heads < 1 or args.heads % args.kv_heads:
+        p.error("--kv-heads must divide --heads (%d), got %d" % (args.heads, args.kv_heads))
+    args.cases = cases(args)
+    if not args.cases:
+        p.error("no cases: --no-headline without --causal-seqs, --any-length-seqs or --gqa-seqs")
     return args
+
+
+def cases(args):
+    """[(series, seq, causal, kv_heads)] in the order they are measured; the grouped-query cases last,
+    so that a backend that crashes on them cannot cost the others their rows."""
+    out = [] if args.no_headline else [("headline", s, False, args.heads) for s in args.seqs]
+    out += [("causal", s, True, args.heads) for s in args.causal_seqs]
+    out += [("any_length", s, False, args.heads) for s in args.any_length_seqs]
+    out += [("gqa", s, False, args.kv_heads) for s in args.gqa_seqs]
+    return out
 
 
 def clean(text, limit=300):
@@ -80,14 +113,12 @@ def clean(text, limit=300):
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def attention_flops(batch, heads, seq_q, seq_kv, head_dim):
-    return 4.0 * batch * heads * seq_q * seq_kv * head_dim
-
-
-def base_row(args, impl, seq):
-    return {"impl": impl, "dtype": args.dtype, "head_dim": args.head_dim, "batch": args.batch,
-            "heads": args.heads, "seq_q": seq, "seq_kv": seq, "median_ms": "", "min_ms": "", "tflops": "",
-            "max_abs_err": "", "rel_l2_err": "", "tolerance": "", "status": ""}
+def base_row(args, impl, case):
+    series, seq, causal, kv_heads = case
+    return {"impl": impl, "series": series, "dtype": args.dtype, "head_dim": args.head_dim, "batch": args.batch,
+            "heads": args.heads, "kv_heads": kv_heads, "causal": int(causal), "seq_q": seq, "seq_kv": seq,
+            "median_ms": "", "min_ms": "", "tflops": "", "max_abs_err": "", "rel_l2_err": "", "tolerance": "",
+            "status": ""}
 
 
 def write_csv(path, header, rows):
@@ -142,17 +173,29 @@ def sdpa_inputs(q, k, v, contiguous):
     return [t.contiguous() for t in views] if contiguous else views
 
 
-def first_call(torch, backend, operands):
+def sdpa_options(heads, kv_heads, causal):
+    """The keyword arguments of scaled_dot_product_attention for a case. enable_gqa only where K/V
+    heads are shared, so that a PyTorch without it (before 2.5) still runs every other case."""
+    options = {"is_causal": bool(causal)}
+    if kv_heads != heads:
+        options["enable_gqa"] = True
+    return options
+
+
+def first_call(torch, backend, operands, options):
     """Returns (output [B, H, S, D], None), or (None, "unavailable: why") when SDPA has no kernel of
-    this backend for these operands."""
+    this backend for these operands and options."""
     from torch.nn.attention import sdpa_kernel
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             with sdpa_kernel(backend):
-                out = torch.nn.functional.scaled_dot_product_attention(*operands)
+                out = torch.nn.functional.scaled_dot_product_attention(*operands, **options)
             torch.cuda.synchronize()
             return out, None
+        except TypeError as e:  # an option this PyTorch does not know (enable_gqa before 2.5)
+            return None, "unavailable: " + clean("this PyTorch's scaled_dot_product_attention rejects %s (%s)"
+                                                 % (", ".join(sorted(options)), e), 250)
         except RuntimeError as e:
             # The wording differs between versions and devices ("No available kernel. Aborting
             # execution." / "No viable backend for scaled_dot_product_attention was found").
@@ -175,11 +218,19 @@ def sampled_rows(torch, seq, count, seed):
     return sorted(picks)
 
 
-def check_output(torch, q, k, v, out_bhsd, rows_per_head, seed):
-    """FlashAttention's tolerance rule on sampled rows of every (batch, head); see the module doc."""
+def check_output(torch, q, k, v, out_bhsd, causal, rows_per_head, seed):
+    """FlashAttention's tolerance rule on sampled rows of every (batch, head); see the module doc.
+    q is [B, Sq, H, D]; k and v are [B, Skv, KVH, D], query head h reading K/V head h / (H / KVH);
+    causal: query i sees keys j <= i + Skv - Sq (bottom-right; top-left too where Sq = Skv)."""
     batch, seq_q, heads, head_dim = q.shape
+    seq_kv, kv_heads = k.shape[1], k.shape[2]
+    group = heads // kv_heads
     scale = 1.0 / math.sqrt(head_dim)  # SDPA's default, as the C++ harness's
     rows = torch.tensor(sampled_rows(torch, seq_q, rows_per_head, seed), device=q.device)
+    masked = None
+    if causal:
+        keys = torch.arange(seq_kv, device=q.device)
+        masked = keys[None, :] > rows[:, None] + (seq_kv - seq_q)          # [R, Skv]
     max_abs_err = baseline_max_abs_err = max_tolerance = 0.0
     err_sq = ref_sq = 0.0
     all_within = True
@@ -191,9 +242,12 @@ def check_output(torch, q, k, v, out_bhsd, rows_per_head, seed):
     finite = bool(torch.isfinite(out_bhsd).all().item())  # every element, sampled or not
     for b in range(batch):  # one batch at a time keeps the fp64 scores small ([H, rows, seq_kv])
         q_rows = q[b].index_select(0, rows).permute(1, 0, 2).double()  # [H, R, D]
-        k_b = k[b].permute(1, 0, 2).double()                            # [H, Skv, D]
-        v_b = v[b].permute(1, 0, 2).double()
+        # [H, Skv, D]: each query head's K/V head (the same tensor for every head of a group)
+        k_b = k[b].permute(1, 0, 2).double().repeat_interleave(group, dim=0)
+        v_b = v[b].permute(1, 0, 2).double().repeat_interleave(group, dim=0)
         scores = torch.matmul(q_rows, k_b.transpose(1, 2)) * scale      # [H, R, Skv], fp64
+        if masked is not None:
+            scores = scores.masked_fill(masked, -math.inf)
         ref = torch.matmul(torch.softmax(scores, dim=-1), v_b)          # [H, R, D], fp64
         # The plain low-precision attention whose error sets the tolerance: fp32 scores and softmax,
         # P rounded to the input dtype, P V accumulated in high precision, output rounded to the dtype.
@@ -233,7 +287,7 @@ def check_output(torch, q, k, v, out_bhsd, rows_per_head, seed):
     return passed, max_abs_err, rel_l2_err, tolerance, summary
 
 
-def time_backend(torch, backend, operands, warmup, reps):
+def time_backend(torch, backend, operands, options, warmup, reps):
     """Warm-up launches, then `reps` launches each between its own pair of CUDA events (as
     fa::time_stage does); returns (median_ms, min_ms)."""
     from torch.nn.attention import sdpa_kernel
@@ -243,10 +297,10 @@ def time_backend(torch, backend, operands, warmup, reps):
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     with sdpa_kernel(backend):
         for _ in range(warmup):
-            attention(qt, kt, vt)
+            attention(qt, kt, vt, **options)
         for i in range(reps):
             starts[i].record()
-            attention(qt, kt, vt)
+            attention(qt, kt, vt, **options)
             ends[i].record()
     torch.cuda.synchronize()
     times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
@@ -276,9 +330,9 @@ def main(argv=None):
     rows = []
 
     def unavailable_everywhere(reason, header):
-        for seq in args.seqs:
+        for case in args.cases:
             for name in args.backends:
-                row = base_row(args, name, seq)
+                row = base_row(args, name, case)
                 row["status"] = "unavailable: " + clean(reason)
                 rows.append(row)
                 progress(row)
@@ -305,16 +359,20 @@ def main(argv=None):
         operand_fields = ["%s_operands=%s" % (n, "+".join(sorted(layouts[n]))) for n in args.backends if n in layouts]
         write_csv(args.csv, "; ".join(header + operand_fields + ["date=" + started]), rows)
 
-    for seq in args.seqs:
+    for case in args.cases:
+        _, seq, causal, kv_heads = case
+        options = sdpa_options(args.heads, kv_heads, causal)
         q = k = v = out = None
         try:
-            # Fresh normal inputs per shape, distinct for q, k and v, in [B, S, H, D].
+            # Fresh normal inputs per case, distinct for q, k and v, in [B, S, H, D] ([B, S, KVH, D]
+            # for k and v).
             torch.manual_seed(args.seed * 1000003 + seq)
-            shape = (args.batch, seq, args.heads, args.head_dim)
-            q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
+            q = torch.randn((args.batch, seq, args.heads, args.head_dim), device="cuda", dtype=dtype)
+            k, v = (torch.randn((args.batch, seq, kv_heads, args.head_dim), device="cuda", dtype=dtype)
+                    for _ in range(2))
         except Exception as e:
             for name in args.backends:
-                row = base_row(args, name, seq)
+                row = base_row(args, name, case)
                 row["status"] = "ERROR: " + clean("%s: %s" % (type(e).__name__, e))
                 rows.append(row)
                 progress(row)
@@ -323,18 +381,18 @@ def main(argv=None):
             torch.cuda.empty_cache()
             continue
         for name in args.backends:
-            row = base_row(args, name, seq)
+            row = base_row(args, name, case)
             backend = backends[name]
             try:
                 if isinstance(backend, str):
                     row["status"] = "unavailable: " + clean(backend)
                 else:
                     operands = sdpa_inputs(q, k, v, contiguous=False)
-                    out, why = first_call(torch, backend, operands)
+                    out, why = first_call(torch, backend, operands, options)
                     layout = "bshd-strided-views"
                     if why:  # try contiguous [B, H, S, D] copies before giving up on this backend
                         operands = sdpa_inputs(q, k, v, contiguous=True)
-                        out, why_contiguous = first_call(torch, backend, operands)
+                        out, why_contiguous = first_call(torch, backend, operands, options)
                         layout = "bhsd-contiguous-copies"
                         if why_contiguous:
                             operands = None
@@ -343,14 +401,14 @@ def main(argv=None):
                     else:
                         layouts.setdefault(name, set()).add(layout)
                         passed, max_abs, rel_l2, tol, summary = check_output(
-                            torch, q, k, v, out, args.check_rows, args.seed + seq)
+                            torch, q, k, v, out, causal, args.check_rows, args.seed + seq)
                         row.update(max_abs_err="%.6g" % max_abs, rel_l2_err="%.6g" % rel_l2, tolerance="%.6g" % tol)
                         out = None
                         if not passed:
                             row["status"] = "FAIL: " + clean(summary)
                         else:
-                            median_ms, min_ms = time_backend(torch, backend, operands, args.warmup, args.reps)
-                            flops = attention_flops(args.batch, args.heads, seq, seq, args.head_dim)
+                            median_ms, min_ms = time_backend(torch, backend, operands, options, args.warmup, args.reps)
+                            flops = attention_flops(args.batch, args.heads, seq, seq, args.head_dim, causal)
                             row.update(median_ms="%.6g" % median_ms, min_ms="%.6g" % min_ms,
                                        tflops="%.6g" % (flops / (median_ms * 1e-3) / 1e12), status="PASS")
             except Exception as e:  # out of memory, a CUDA error, ...: this row has no time
