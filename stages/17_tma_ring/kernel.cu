@@ -1,7 +1,7 @@
 // Stage 17: TMA and an mbarrier ring for K and V.
 //
 // Stage 12 copied every tile with cp.async: each of the 256 threads computed addresses and issued
-// 16-byte copies (16 per K or V tile at head_dim 128), then the block met at __syncthreads three
+// 16-byte copies (8 per thread and K or V tile at head_dim 128), then the block met at __syncthreads three
 // times per K/V block to learn that the copies had landed and that a buffer was free. Here the
 // copy engine does it (tma.cuh):
 //   * one thread issues a tile as one or two cp.async.bulk.tensor boxes (64 columns x all rows, a

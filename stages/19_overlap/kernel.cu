@@ -90,7 +90,7 @@ struct SharedTiles {
   static constexpr uint32_t kKVBytes = kKVElems * sizeof(T);
   static constexpr int kBarriers = 1 + 4 * kStages;  // Q full; K full, V full, K empty, V empty per slot
   static constexpr int kAlignSlack = kSwizzle128AtomBytes;
-  static constexpr size_t kBytes = kQBytes + 2 * kStages * kKVBytes + kBarriers * sizeof(uint64_t) + kAlignSlack;
+  static constexpr size_t kBytes = kQBytes + 2 * kStages * kKVBytes + kBarriers * sizeof(uint64_t) + kConsumerThreads * sizeof(float) + kAlignSlack;
   static_assert(kQBytes % kSwizzle128AtomBytes == 0 && kKVBytes % kSwizzle128AtomBytes == 0,
                 "every tile starts on a swizzle atom");
   static_assert(kQBytes == Cfg::kPanels * kQPanelBytes && kKVBytes == Cfg::kPanels * kKVPanelBytes,
@@ -103,6 +103,7 @@ struct SharedTiles {
   uint64_t* v_full;  // [kStages]
   uint64_t* k_empty;  // [kStages]
   uint64_t* v_empty;  // [kStages]
+  float* softmax_fence;  // [kConsumerThreads]: see softmax_before_wait
   __device__ explicit SharedTiles(unsigned char* raw) {
     const uint32_t raw_address = smem_u32(raw);
     const uint32_t aligned = (raw_address + kAlignSlack - 1) & ~static_cast<uint32_t>(kAlignSlack - 1);
@@ -112,6 +113,7 @@ struct SharedTiles {
     v_full = k_full + kStages;
     k_empty = v_full + kStages;
     v_empty = k_empty + kStages;
+    softmax_fence = reinterpret_cast<float*>(v_empty + kStages);
   }
   __device__ T* k(int slot) const { return q + kQElems + slot * kKVElems; }
   __device__ T* v(int slot) const { return q + kQElems + (kStages + slot) * kKVElems; }
@@ -230,6 +232,15 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[Cfg::kDimTiles][4], con
       o_acc[d][2 * r] *= correction[r];
       o_acc[d][2 * r + 1] *= correction[r];
     }
+}
+
+// Keeps the softmax above the wait for the previous P V. ptxas keeps a wgmma wait after the
+// thread's earlier shared-memory stores, but is free to hoist it above arithmetic it does not
+// depend on -- and it does: without this, 56 of a block's 66 exponentials ran after the wait
+// (cuobjdump -sass), i.e. not under P V. One store of the row sums, which need every exponential,
+// is the fence; the word (one per consumer thread) is never read.
+__device__ __forceinline__ void softmax_before_wait(uint32_t fence_address, const RowState& state) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(fence_address), "f"(state.sum[0] + state.sum[1]) : "memory");
 }
 
 // =============================== O += P V ===============================
@@ -361,6 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
     RowState state;
     init_row_state(state);
     const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
+    const uint32_t fence_address = smem_u32(smem.softmax_fence + threadIdx.x - kWarpgroupThreads);
 
     // A warp releases a slot's K or V once its warpgroup's wgmmas have read it (after their wait).
     const auto release = [&](uint64_t* empty_barrier) {
@@ -399,6 +411,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
       release(&smem.k_empty[slot]);
       online_softmax_scores<Cfg>(s_acc, state, scale_log2, correction);
 
+      softmax_before_wait(fence_address, state);
       wgmma_wait_group<0>();  // P_{j-1} V_{j-1} is done
       pin_registers(o_acc);   // nothing reads O before the wait
       pin_registers(p_frag);  // P's registers stay untouched until the wgmmas that read them are done

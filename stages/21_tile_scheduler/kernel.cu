@@ -96,7 +96,7 @@ struct SharedTiles {
   static constexpr int kBarriers = 2 + 4 * kStages;  // Q full, Q empty; K full, V full, K empty, V empty per slot
   static constexpr int kAlignSlack = kSwizzle128AtomBytes;
   static constexpr size_t kBytes = 2 * kQBytes + 2 * kStages * kKVBytes + kBarriers * sizeof(uint64_t) +
-                                    sizeof(int) + kAlignSlack;  // O is Q's size; then the tile number
+                                    sizeof(int) + kConsumerThreads * sizeof(float) + kAlignSlack;  // O is Q's size; then the tile number
   static_assert(kQBytes % kSwizzle128AtomBytes == 0 && kKVBytes % kSwizzle128AtomBytes == 0,
                 "every tile starts on a swizzle atom");
   static_assert(kQBytes == Cfg::kPanels * kQPanelBytes && kKVBytes == Cfg::kPanels * kKVPanelBytes,
@@ -112,6 +112,7 @@ struct SharedTiles {
   uint64_t* k_empty;  // [kStages]
   uint64_t* v_empty;  // [kStages]
   int* tile;          // the tile whose Q is in Q's tile (written by the producer), -1 when done
+  float* softmax_fence;  // [kConsumerThreads]: see softmax_before_wait
   __device__ explicit SharedTiles(unsigned char* raw) {
     const uint32_t raw_address = smem_u32(raw);
     const uint32_t aligned = (raw_address + kAlignSlack - 1) & ~static_cast<uint32_t>(kAlignSlack - 1);
@@ -124,6 +125,7 @@ struct SharedTiles {
     k_empty = v_full + kStages;
     v_empty = k_empty + kStages;
     tile = reinterpret_cast<int*>(v_empty + kStages);
+    softmax_fence = reinterpret_cast<float*>(tile + 1);
   }
   __device__ T* k(int slot) const { return q + kQElems + slot * kKVElems; }
   __device__ T* v(int slot) const { return q + kQElems + (kStages + slot) * kKVElems; }
@@ -242,6 +244,15 @@ __device__ __forceinline__ void rescale_o(float (&o_acc)[Cfg::kDimTiles][4], con
       o_acc[d][2 * r] *= correction[r];
       o_acc[d][2 * r + 1] *= correction[r];
     }
+}
+
+// Keeps the softmax above the wait for the previous P V. ptxas keeps a wgmma wait after the
+// thread's earlier shared-memory stores, but is free to hoist it above arithmetic it does not
+// depend on -- and it does: without this, 56 of a block's 66 exponentials ran after the wait
+// (cuobjdump -sass), i.e. not under P V. One store of the row sums, which need every exponential,
+// is the fence; the word (one per consumer thread) is never read.
+__device__ __forceinline__ void softmax_before_wait(uint32_t fence_address, const RowState& state) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(fence_address), "f"(state.sum[0] + state.sum[1]) : "memory");
 }
 
 // =============================== O += P V ===============================
@@ -398,6 +409,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
     // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
     const uint32_t q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
     const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
+    const uint32_t fence_address = smem_u32(smem.softmax_fence + threadIdx.x - kWarpgroupThreads);
 
     // A warp releases Q, or a slot's K or V, once its warpgroup's wgmmas have read it (after their wait).
     const auto release = [&](uint64_t* empty_barrier) {
@@ -446,6 +458,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
         release(&smem.k_empty[slot]);
         online_softmax_scores<Cfg>(s_acc, state, scale_log2, correction);
 
+        softmax_before_wait(fence_address, state);
         wgmma_wait_group<0>();  // P_{j-1} V_{j-1} is done
         pin_registers(o_acc);   // nothing reads O before the wait
         pin_registers(p_frag);  // P's registers stay untouched until the wgmmas that read them are done
