@@ -39,6 +39,13 @@ Problem::Problem(const ProblemConfig& config)
          config.dtype),
       o_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout.o),
          config.dtype) {
+  if (config.lse) {
+    const int64_t row_gap = config.layout.o.padded() ? 4 : 0, batch_gap = config.layout.o.padded() ? 8 : 0;
+    lse_view_.head_stride = config.seq_q + row_gap;
+    lse_view_.batch_stride = config.heads * lse_view_.head_stride + batch_gap;
+    lse_ = DeviceFloats(config.batch * lse_view_.batch_stride);
+    lse_view_.data = lse_.data();
+  }
   // Distinct seeds per tensor, so q, k and v never share values.
   DeviceTensor* inputs[3] = {&q_, &k_, &v_};
   const float stds[3] = {config.q_std, config.k_std, config.v_std};
@@ -63,6 +70,7 @@ AttentionParams Problem::params() const {
   p.head_dim = config_.head_dim;
   p.softmax_scale = scale_;
   p.causal = config_.causal;
+  p.lse = lse_view_;
   return p;
 }
 
@@ -111,7 +119,22 @@ RunResult finish_launch(const StageInfo& stage, Problem& problem, const Status& 
     return result;
   }
   result.output = problem.o().download();
+  if (problem.config().lse) {
+    result.lse_requested = true;
+    result.lse = problem.download_lse();
+  }
   return result;
+}
+
+HostLse Problem::download_lse() const {
+  HostLse host;
+  host.batch = config_.batch;
+  host.heads = config_.heads;
+  host.seq = config_.seq_q;
+  host.batch_stride = lse_view_.batch_stride;
+  host.head_stride = lse_view_.head_stride;
+  host.values = lse_.download();
+  return host;
 }
 
 RunResult launch_and_download(const StageInfo& stage, Problem& problem, cudaStream_t stream) {
@@ -124,6 +147,8 @@ RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOpt
   RunResult result = launch_and_download(stage, problem, stream);
   if (!result.status.ok()) return result;
   result.check = check_against_reference(problem.reference(options), result.output, options);
+  if (result.lse_requested)
+    result.lse_check = check_lse_against_reference(problem.reference(options), result.lse, options);
   return result;
 }
 

@@ -931,6 +931,30 @@ std::vector<InvalidCase> invalid_cases(const StageInfo& stage, const AttentionPa
     add("kv_heads 1 (multi-query) without gqa", [](AttentionParams& p) { p.kv_heads = 1; },
         {"kv_heads 1", "\"gqa\""});
 
+  // The LSE output (stage.json feature "lse"), pointed at O's buffer: a launch that validation let
+  // through would write floats over the poison. Without the feature any pointer is rejected; with
+  // it, a misaligned pointer and strides whose rows overlap.
+  const auto lse_into_o = [](AttentionParams& p, int64_t byte_offset, int64_t batch_stride,
+                             int64_t head_stride) {
+    p.lse.data = reinterpret_cast<float*>(static_cast<char*>(p.o.data) + byte_offset);
+    p.lse.batch_stride = batch_stride;
+    p.lse.head_stride = head_stride;
+  };
+  const int64_t lse_row = valid.seq_q, lse_batch = valid.heads * valid.seq_q;
+  if ((stage.features & fa::kFeatureLse) == 0) {
+    add("lse output without the feature", [=](AttentionParams& p) { lse_into_o(p, 0, lse_batch, lse_row); },
+        {"\"lse\""});
+  } else {
+    add("lse pointer + 2 bytes", [=](AttentionParams& p) { lse_into_o(p, 2, lse_batch, lse_row); },
+        {"lse pointer is not 4-byte aligned"});
+    add("lse head stride 0", [=](AttentionParams& p) { lse_into_o(p, 0, lse_batch, 0); },
+        {"lse strides must be positive"});
+    add("lse rows overlapping (head stride seq_q - 1)",
+        [=](AttentionParams& p) { lse_into_o(p, 0, lse_batch, lse_row - 1); }, {"lse strides", "overlap"});
+    add("lse batches overlapping (batch stride = head stride)",
+        [=](AttentionParams& p) { lse_into_o(p, 0, lse_row, lse_row); }, {"lse strides", "overlap"});
+  }
+
   for (int i = 0; i < 4; ++i) {
     const std::string name = kTensorNames[i];
     // A dtype value that is no DType, in one tensor.
