@@ -172,7 +172,8 @@ std::string CheckResult::summary() const {
 }
 
 ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                                     float softmax_scale, const CheckOptions& options, bool causal) {
+                                     float softmax_scale, const CheckOptions& options, bool causal,
+                                     const std::vector<float>& alibi_slopes) {
   ReferenceRows r;
   const int64_t dim = q.layout.head_dim;
   // Shapes first, in this thread: an exception in the workers below would end the program.
@@ -180,6 +181,9 @@ ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, c
     throw std::invalid_argument("k and v have different head counts (" + std::to_string(k.layout.heads) +
                                 " and " + std::to_string(v.layout.heads) + ")");
   kv_head_of(0, q.layout.heads, k.layout.heads);  // throws where kv_heads does not divide heads
+  if (!alibi_slopes.empty() && alibi_slopes.size() != static_cast<size_t>(q.layout.batch * q.layout.heads))
+    throw std::invalid_argument("alibi_slopes holds " + std::to_string(alibi_slopes.size()) +
+                                " slopes, not one per (batch, head)");
   r.rows = choose_rows(q.layout, options);
   r.ref.resize(r.rows.size() * dim);
   r.baseline.resize(r.rows.size() * dim);
@@ -188,12 +192,14 @@ ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, c
   r.baseline_lse.resize(r.rows.size());
   parallel_for(static_cast<int64_t>(r.rows.size()), [&](int64_t i) {
     const RowId& row = r.rows[i];
+    const float slope =
+        alibi_slopes.empty() ? 0.0f : alibi_slopes[static_cast<size_t>(row.b * q.layout.heads + row.h)];
     const RowLogSumExp exact =
-        reference_row_fp64(q, k, v, row.b, row.h, row.s, softmax_scale, &r.ref[i * dim], causal);
+        reference_row_fp64(q, k, v, row.b, row.h, row.s, softmax_scale, &r.ref[i * dim], causal, slope);
     r.lse[i] = exact.lse;
     r.max_score[i] = exact.max_score;
     r.baseline_lse[i] =
-        baseline_row_lowp(q, k, v, row.b, row.h, row.s, softmax_scale, &r.baseline[i * dim], causal);
+        baseline_row_lowp(q, k, v, row.b, row.h, row.s, softmax_scale, &r.baseline[i * dim], causal, slope);
   });
   r.inputs_finite = all_finite(q) && all_finite(k) && all_finite(v);
   return r;

@@ -100,9 +100,10 @@ struct ReferenceRows {
   bool inputs_finite = true;        // q, k and v hold no NaN or Inf
 };
 // causal: the reference and the baseline see only the keys of reference.h's visible_keys().
+// alibi_slopes: empty (no ALiBi) or the slope of every (batch, head) of q, at b * heads + h.
 ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                                      float softmax_scale, const CheckOptions& options = {},
-                                     bool causal = false);
+                                     bool causal = false, const std::vector<float>& alibi_slopes = {});
 // The output's dtype (o.dtype) sets u and the smallest normal of the rule above.
 CheckResult check_against_reference(const ReferenceRows& reference, const HostTensor& o,
                                     const CheckOptions& options = {});

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "checker.h"
 #include "params.h"
@@ -32,6 +33,12 @@ struct ProblemLayout {
   std::string name() const;  // "padded(8)", or "q padded(8), k head-major, ..."
 };
 
+enum class AlibiKind { kNone, kPerHead, kPerBatchHead };
+
+// The test and runner slopes: 2^(-8 (h + 1) / heads), ALiBi's geometric sequence (exact for a power
+// of two heads), times b + 1 for per-(batch, head) slopes so that every batch differs.
+float alibi_slope_value(int64_t b, int64_t h, int64_t heads, AlibiKind kind);
+
 struct ProblemConfig {
   int64_t batch = 1, heads = 1, seq_q = 128, seq_kv = 128, head_dim = 64;
   // Key/value heads (AttentionParams::kv_heads); 0 means as many as heads. The problem allocates K
@@ -47,6 +54,10 @@ struct ProblemConfig {
   // packed when O's layout is not padded; with a padded O they have poisoned gaps after every row
   // (4 floats) and every batch (8 more), so a write past a row or a wrong stride shows.
   bool lse = false;
+  // ALiBi (AttentionParams::alibi): none, one slope per head shared by the batch (batch stride 0),
+  // or one per (batch, head) with a batch stride of heads + 1 (a NaN-poisoned gap after every batch's
+  // row, so a kernel that strides wrong reads NaN). The slopes are alibi_slope_value's.
+  AlibiKind alibi = AlibiKind::kNone;
 };
 
 // Device tensors for one attention call, filled with seeded normal data. Gaps in padded layouts
@@ -84,6 +95,11 @@ class Problem {
   // The LSE buffer and its layout (values empty) when config().lse, else empty.
   const DeviceFloats& lse() const { return lse_; }
   HostLse download_lse() const;
+  // The slope of every (batch, head) at b * heads + h, as the reference takes them; empty without ALiBi.
+  const std::vector<float>& alibi_slopes() const { return alibi_table_; }
+  // Replaces the slopes: one per (batch, head), at b * heads + h; the same for every batch with
+  // AlibiKind::kPerHead. Throws std::invalid_argument for a problem without ALiBi.
+  void set_alibi_slopes(const std::vector<float>& table);
 
  private:
   ProblemConfig config_;
@@ -91,6 +107,9 @@ class Problem {
   DeviceTensor q_, k_, v_, o_;
   LseOutput lse_view_;
   DeviceFloats lse_;
+  AlibiSlopes alibi_view_;
+  DeviceFloats alibi_;
+  std::vector<float> alibi_table_;
   std::unique_ptr<HostTensor> host_q_, host_k_, host_v_;
   std::unique_ptr<ReferenceRows> reference_;
   CheckOptions reference_options_;

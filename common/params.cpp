@@ -56,6 +56,8 @@ std::string check_tensor(const char* name, const TensorView& t) {
   return err.str();
 }
 
+constexpr int64_t kMaxAlibiSeq = int64_t{1} << 23;
+
 // The LSE output: 4-byte aligned, positive strides, and every (batch, head) row of seq_q floats in
 // memory of its own: taking the dimensions with more than one row by increasing stride, each stride
 // must step over everything the smaller ones span (a dimension of size 1 never steps).
@@ -154,6 +156,28 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
     if ((stage.features & kFeatureLse) == 0) {
       err << "the log-sum-exp output (lse) is not supported by this stage (it does not declare the feature "
              "\"lse\")";
+      return Status::error(err.str());
+    }
+  }
+  if (p.alibi.data != nullptr) {
+    if (reinterpret_cast<uintptr_t>(p.alibi.data) % alignof(float) != 0) {
+      err << "alibi slopes pointer is not 4-byte aligned";
+      return Status::error(err.str());
+    }
+    if (p.alibi.batch_stride < 0 ||
+        (p.alibi.batch_stride > 0 && p.alibi.batch_stride < p.heads && p.batch > 1)) {
+      err << "alibi slopes batch stride " << p.alibi.batch_stride
+          << " must be 0 (one [heads] row for every batch) or "
+          << "at least heads " << p.heads;
+      return Status::error(err.str());
+    }
+    if (p.seq_q > kMaxAlibiSeq || p.seq_kv > kMaxAlibiSeq) {
+      err << "alibi needs seq_q and seq_kv at most 2^23 (got " << p.seq_q << " and " << p.seq_kv
+          << "): the distances are computed as fp32 integers";
+      return Status::error(err.str());
+    }
+    if ((stage.features & kFeatureAlibi) == 0) {
+      err << "alibi is not supported by this stage (it does not declare the feature \"alibi\")";
       return Status::error(err.str());
     }
   }

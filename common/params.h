@@ -40,6 +40,17 @@ struct LseOutput {
   int64_t head_stride = 0;
 };
 
+// ALiBi (attention with linear biases), as FlashAttention-2 defines it: the score of query i and key
+// j becomes softmax_scale * q_i . k_j - slope * |i + seq_kv - seq_q - j| (the distance from the
+// bottom-right-aligned diagonal), with one fp32 slope per head: slopes[b * batch_stride + h], so a
+// batch stride of 0 shares [heads] slopes across the batch and a stride >= heads gives each batch
+// its own row of [batch, heads]. The kernels compute the distances as fp32 integers, exact below
+// 2^24: seq_q and seq_kv must be at most 2^23 with ALiBi.
+struct AlibiSlopes {
+  const float* data = nullptr;  // nullptr: no ALiBi (the default)
+  int64_t batch_stride = 0;
+};
+
 // O = softmax(Q K^T * softmax_scale) V, per batch and query head.
 // q/o: [batch, seq_q, heads, head_dim]; k/v: [batch, seq_kv, kv_heads, head_dim].
 struct AttentionParams {
@@ -59,6 +70,8 @@ struct AttentionParams {
   // Only for stages that declare the feature "lse"; each (batch, head) row of seq_q floats must have
   // memory of its own (the strides are checked for overlap).
   LseOutput lse;
+  // Only for stages that declare the feature "alibi".
+  AlibiSlopes alibi;
   // Causal masking aligned to the bottom-right (FlashAttention >= 2.1): query i sees the keys
   // j <= i + seq_kv - seq_q; a query that sees no key (seq_q > seq_kv) outputs zeros. Only for
   // stages that declare the feature "causal".

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -20,8 +21,13 @@ int64_t kv_head_of(int64_t h, int64_t heads, int64_t kv_heads) {
   return h / (heads / kv_heads);
 }
 
+double alibi_bias(double slope, int64_t s, int64_t j, int64_t seq_q, int64_t seq_kv) {
+  return -slope * static_cast<double>(std::llabs(s + seq_kv - seq_q - j));
+}
+
 RowLogSumExp reference_row_fp64(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b,
-                                int64_t h, int64_t s, double scale, double* out, bool causal) {
+                                int64_t h, int64_t s, double scale, double* out, bool causal,
+                                double alibi_slope) {
   const int64_t keys = visible_keys(s, q.layout.seq, k.layout.seq, causal), dim = q.layout.head_dim;
   const int64_t kv_h = kv_head_of(h, q.layout.heads, k.layout.heads);
   for (int64_t d = 0; d < dim; ++d) out[d] = 0.0;
@@ -33,7 +39,7 @@ RowLogSumExp reference_row_fp64(const HostTensor& q, const HostTensor& k, const 
   for (int64_t j = 0; j < keys; ++j) {
     double dot = 0.0;
     for (int64_t d = 0; d < dim; ++d) dot += q_row[d] * static_cast<double>(k.at(b, j, kv_h, d));
-    scores[j] = dot * scale;
+    scores[j] = dot * scale + alibi_bias(alibi_slope, s, j, q.layout.seq, k.layout.seq);
     max_score = std::max(max_score, scores[j]);  // a NaN score never wins; it poisons the sum below
   }
   double sum = 0.0;
@@ -49,7 +55,7 @@ RowLogSumExp reference_row_fp64(const HostTensor& q, const HostTensor& k, const 
 }
 
 float baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTensor& v, int64_t b, int64_t h,
-                        int64_t s, float scale, float* out, bool causal) {
+                        int64_t s, float scale, float* out, bool causal, float alibi_slope) {
   const int64_t keys = visible_keys(s, q.layout.seq, k.layout.seq, causal), dim = q.layout.head_dim;
   const int64_t kv_h = kv_head_of(h, q.layout.heads, k.layout.heads);
   const DType dtype = q.dtype;
@@ -63,7 +69,8 @@ float baseline_row_lowp(const HostTensor& q, const HostTensor& k, const HostTens
   for (int64_t j = 0; j < keys; ++j) {
     float dot = 0.0f;
     for (int64_t d = 0; d < dim; ++d) dot += q_row[d] * k.at(b, j, kv_h, d);
-    scores[j] = dot * scale;
+    const float distance = static_cast<float>(std::llabs(s + k.layout.seq - q.layout.seq - j));
+    scores[j] = dot * scale - alibi_slope * distance;
     max_score = std::max(max_score, scores[j]);
   }
   float sum = 0.0f;

@@ -955,6 +955,31 @@ std::vector<InvalidCase> invalid_cases(const StageInfo& stage, const AttentionPa
         [=](AttentionParams& p) { lse_into_o(p, 0, lse_row, lse_row); }, {"lse strides", "overlap"});
   }
 
+  // ALiBi slopes (stage.json feature "alibi"), pointed at O's buffer (never read: validation must
+  // stop them). Without the feature any pointer is rejected; with it, a misaligned pointer, a
+  // negative batch stride, one smaller than heads (batches sharing slopes they should not), and
+  // lengths beyond 2^23 (the kernels' fp32 distances).
+  const auto slopes_in_o = [](AttentionParams& p, int64_t byte_offset, int64_t batch_stride) {
+    p.alibi.data = reinterpret_cast<const float*>(static_cast<char*>(p.o.data) + byte_offset);
+    p.alibi.batch_stride = batch_stride;
+  };
+  if ((stage.features & fa::kFeatureAlibi) == 0) {
+    add("alibi slopes without the feature", [=](AttentionParams& p) { slopes_in_o(p, 0, 0); }, {"\"alibi\""});
+  } else {
+    add("alibi slopes pointer + 2 bytes", [=](AttentionParams& p) { slopes_in_o(p, 2, 0); },
+        {"alibi slopes pointer is not 4-byte aligned"});
+    add("alibi slopes batch stride -1", [=](AttentionParams& p) { slopes_in_o(p, 0, -1); },
+        {"alibi slopes batch stride -1"});
+    add("alibi slopes batch stride 1 < heads", [=](AttentionParams& p) { slopes_in_o(p, 0, 1); },
+        {"alibi slopes batch stride 1", "at least heads"});
+    add("alibi with seq_kv 2^23 + 1",
+        [=](AttentionParams& p) {
+          slopes_in_o(p, 0, 0);
+          p.seq_kv = (int64_t{1} << 23) + 1;
+        },
+        {"alibi", "2^23"});
+  }
+
   for (int i = 0; i < 4; ++i) {
     const std::string name = kTensorNames[i];
     // A dtype value that is no DType, in one tensor.

@@ -59,7 +59,7 @@ struct Options {
   int64_t batch = 16, heads = 32, seq_kv = 0, kv_heads = 0;
   std::string layout = "contiguous";
   int warmup = 5, reps = 20;
-  bool time = true, list = false, json = false, help = false, causal = false, lse = false;
+  bool time = true, list = false, json = false, help = false, causal = false, lse = false, alibi = false;
   std::string csv;
 };
 
@@ -95,6 +95,10 @@ void print_help() {
       "  --lse                      also write the fp32 log-sum-exp of every row and check it\n"
       "                             against the fp64 reference (checker.h states the rule);\n"
       "                             a stage that does not declare lse is skipped\n"
+      "  --alibi                    ALiBi: -slope * |i + seq_kv - seq_q - j| added to the scaled\n"
+      "                             score of query i and key j, one slope per head shared by\n"
+      "                             the batch, 2^(-8 (h + 1) / heads); a stage that does not\n"
+      "                             declare alibi is skipped\n"
       "  --layout KIND              memory layout of q, k, v and o                  [%s]\n"
       "                               contiguous         [batch][seq][heads][head_dim], packed\n"
       "                               padded             same order, NaN-filled gaps after every\n"
@@ -179,6 +183,8 @@ Options parse(int argc, char** argv) {
       o.causal = true;
     else if (arg == "--lse")
       o.lse = true;
+    else if (arg == "--alibi")
+      o.alibi = true;
     else if (arg == "--layout")
       o.layout = value();
     else if (arg == "--help" || arg == "-h")
@@ -198,8 +204,10 @@ Options parse(int argc, char** argv) {
 // The optional features a call asks for that the stage does not declare, by their stage.json names
 // ("causal, gqa"); empty when it declares them all.
 std::string missing_features(const StageInfo& stage, const AttentionParams& p) {
-  const std::pair<bool, const char*> asked[] = {
-      {p.causal, "causal"}, {p.kv_heads != p.heads, "gqa"}, {p.lse.data != nullptr, "lse"}};
+  const std::pair<bool, const char*> asked[] = {{p.causal, "causal"},
+                                                {p.kv_heads != p.heads, "gqa"},
+                                                {p.lse.data != nullptr, "lse"},
+                                                {p.alibi.data != nullptr, "alibi"}};
   std::string missing;
   for (const auto& [wanted, name] : asked)
     if (wanted && (stage.features & feature_bit(name)) == 0)
@@ -365,6 +373,7 @@ int main(int argc, char** argv) {
         config.causal = opt.causal;
         config.kv_heads = opt.kv_heads;
         config.lse = opt.lse;
+        config.alibi = opt.alibi ? AlibiKind::kPerHead : AlibiKind::kNone;
         Problem problem(config);
         for (const StageInfo* stage : stages) {
           std::fflush(stdout);
