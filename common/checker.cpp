@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <sstream>
@@ -171,7 +172,8 @@ std::string CheckResult::summary() const {
 }
 
 ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                                     float softmax_scale, const CheckOptions& options, bool causal) {
+                                     float softmax_scale, const CheckOptions& options, bool causal,
+                                     const std::vector<float>& alibi_slopes) {
   ReferenceRows r;
   const int64_t dim = q.layout.head_dim;
   // Shapes first, in this thread: an exception in the workers below would end the program.
@@ -179,13 +181,25 @@ ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, c
     throw std::invalid_argument("k and v have different head counts (" + std::to_string(k.layout.heads) +
                                 " and " + std::to_string(v.layout.heads) + ")");
   kv_head_of(0, q.layout.heads, k.layout.heads);  // throws where kv_heads does not divide heads
+  if (!alibi_slopes.empty() && alibi_slopes.size() != static_cast<size_t>(q.layout.batch * q.layout.heads))
+    throw std::invalid_argument("alibi_slopes holds " + std::to_string(alibi_slopes.size()) +
+                                " slopes, not one per (batch, head)");
   r.rows = choose_rows(q.layout, options);
   r.ref.resize(r.rows.size() * dim);
   r.baseline.resize(r.rows.size() * dim);
+  r.lse.resize(r.rows.size());
+  r.max_score.resize(r.rows.size());
+  r.baseline_lse.resize(r.rows.size());
   parallel_for(static_cast<int64_t>(r.rows.size()), [&](int64_t i) {
     const RowId& row = r.rows[i];
-    reference_row_fp64(q, k, v, row.b, row.h, row.s, softmax_scale, &r.ref[i * dim], causal);
-    baseline_row_lowp(q, k, v, row.b, row.h, row.s, softmax_scale, &r.baseline[i * dim], causal);
+    const float slope =
+        alibi_slopes.empty() ? 0.0f : alibi_slopes[static_cast<size_t>(row.b * q.layout.heads + row.h)];
+    const RowLogSumExp exact =
+        reference_row_fp64(q, k, v, row.b, row.h, row.s, softmax_scale, &r.ref[i * dim], causal, slope);
+    r.lse[i] = exact.lse;
+    r.max_score[i] = exact.max_score;
+    r.baseline_lse[i] =
+        baseline_row_lowp(q, k, v, row.b, row.h, row.s, softmax_scale, &r.baseline[i * dim], causal, slope);
   });
   r.inputs_finite = all_finite(q) && all_finite(k) && all_finite(v);
   return r;
@@ -275,6 +289,115 @@ CheckResult check_against_reference(const ReferenceRows& reference, const HostTe
     for (size_t i = 0; i < logical.size(); ++i) {
       if (!logical[i] && o.raw[i] != kPoisonBits) {
         fail([i] { return "the kernel wrote into a gap between output rows (element " + std::to_string(i) + ")"; });
+        break;
+      }
+    }
+  }
+  result.passed = result.bad_elements == 0;
+  return result;
+}
+
+namespace {
+
+constexpr uint32_t kLsePoisonBits = 0xFFFFFFFFu;  // 0xFF bytes: what an LSE element holds if never written
+
+uint32_t float_bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+
+std::string describe_lse(const RowId& r) {
+  std::ostringstream out;
+  out << "lse (b, h, s) = (" << r.b << ", " << r.h << ", " << r.s << ")";
+  return out.str();
+}
+
+}  // namespace
+
+CheckResult check_lse_against_reference(const ReferenceRows& reference, const HostLse& lse,
+                                        const CheckOptions& options, const LseCheckOptions& lse_options) {
+  CheckResult result;
+  const std::vector<RowId>& rows = reference.rows;
+  result.rows_checked = static_cast<int64_t>(rows.size());
+  auto fail = [&](auto describe_failure) {
+    if (result.bad_elements++ == 0) result.first_failure = describe_failure();
+  };
+  std::vector<bool> checked(static_cast<size_t>(lse.batch * lse.heads * lse.seq), false);
+  double err_sq = 0.0, ref_sq = 0.0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowId& row = rows[i];
+    checked[static_cast<size_t>((row.b * lse.heads + row.h) * lse.seq + row.s)] = true;
+    const double expected = reference.lse[i];
+    const float got = lse.at(row.b, row.h, row.s);
+    auto got_instead_of_expected = [&] {
+      std::ostringstream out;
+      out << describe_lse(row) << ": got " << got << ", expected " << expected;
+      return out.str();
+    };
+    if (float_bits(got) == kLsePoisonBits) {
+      fail([&] { return describe_lse(row) + ": never written (still the 0xFFFFFFFF poison)"; });
+      if (std::isfinite(expected)) result.max_abs_err = result.max_err_over_tolerance = INFINITY;
+      continue;
+    }
+    if (!std::isfinite(expected)) {  // -inf (no key), NaN (NaN inputs), +inf (inf inputs): exactly that
+      const bool same = std::isnan(expected) ? std::isnan(got) : static_cast<double>(got) == expected;
+      if (!same) fail(got_instead_of_expected);
+      continue;
+    }
+    const double row_scale = std::max({1.0, std::fabs(reference.max_score[i]), std::fabs(expected)});
+    const double baseline_err = std::fabs(static_cast<double>(reference.baseline_lse[i]) - expected);
+    const double estimate =
+        std::isfinite(baseline_err) ? std::max(baseline_err, 0x1p-24 * row_scale) : 0x1p-24 * row_scale;
+    const double tolerance =
+        lse_options.lse_tolerance_factor * estimate + lse_options.lse_tolerance_epsilon * row_scale;
+    if (std::isfinite(baseline_err))
+      result.baseline_max_abs_err = std::max(result.baseline_max_abs_err, baseline_err);
+    result.tolerance = std::max(result.tolerance, tolerance);
+    const double err = std::fabs(static_cast<double>(got) - expected);
+    if (!(err <= tolerance)) {
+      fail([&] {
+        std::ostringstream out;
+        out << got_instead_of_expected() << ", error " << err << " > row tolerance " << tolerance;
+        return out.str();
+      });
+    }
+    if (std::isfinite(err)) {
+      result.max_abs_err = std::max(result.max_abs_err, err);
+      result.max_err_over_tolerance = std::max(result.max_err_over_tolerance, err / tolerance);
+      err_sq += err * err;
+    } else {
+      result.max_abs_err = result.max_err_over_tolerance = INFINITY;
+    }
+    ref_sq += expected * expected;
+  }
+  result.rel_l2_err = ref_sq > 0.0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
+  if (!std::isfinite(result.max_abs_err)) result.rel_l2_err = INFINITY;
+
+  // Rows outside the sample: never the poison; with finite inputs, finite or -inf (a row with no key).
+  for (int64_t b = 0; b < lse.batch; ++b)
+    for (int64_t h = 0; h < lse.heads; ++h)
+      for (int64_t s = 0; s < lse.seq; ++s) {
+        if (checked[static_cast<size_t>((b * lse.heads + h) * lse.seq + s)]) continue;
+        const float got = lse.at(b, h, s);
+        const RowId row{b, h, s};
+        if (float_bits(got) == kLsePoisonBits)
+          fail([&] { return describe_lse(row) + ": never written (still the 0xFFFFFFFF poison)"; });
+        else if (reference.inputs_finite && !(std::isfinite(got) || got == -INFINITY))
+          fail([&] { return describe_lse(row) + ": " + std::to_string(got) + " with finite inputs"; });
+      }
+
+  if (options.check_gaps_untouched) {
+    std::vector<bool> logical(lse.values.size(), false);
+    for (int64_t b = 0; b < lse.batch; ++b)
+      for (int64_t h = 0; h < lse.heads; ++h)
+        for (int64_t s = 0; s < lse.seq; ++s)
+          logical[static_cast<size_t>(b * lse.batch_stride + h * lse.head_stride + s)] = true;
+    for (size_t i = 0; i < logical.size(); ++i) {
+      if (!logical[i] && float_bits(lse.values[i]) != kLsePoisonBits) {
+        fail([i] {
+          return "the kernel wrote into a gap of the lse buffer (element " + std::to_string(i) + ")";
+        });
         break;
       }
     }

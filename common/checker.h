@@ -92,16 +92,60 @@ struct ReferenceRows {
     int64_t b, h, s;
   };
   std::vector<Row> rows;
-  std::vector<double> ref;      // rows.size() x head_dim, fp64 reference
-  std::vector<float> baseline;  // rows.size() x head_dim, plain low-precision attention
-  bool inputs_finite = true;    // q, k and v hold no NaN or Inf
+  std::vector<double> ref;          // rows.size() x head_dim, fp64 reference
+  std::vector<float> baseline;      // rows.size() x head_dim, plain low-precision attention
+  std::vector<double> lse;          // rows.size(): each row's log-sum-exp, fp64 (reference.h)
+  std::vector<double> max_score;    // rows.size(): each row's largest scaled score, fp64
+  std::vector<float> baseline_lse;  // rows.size(): the plain attention's fp32 log-sum-exp
+  bool inputs_finite = true;        // q, k and v hold no NaN or Inf
 };
 // causal: the reference and the baseline see only the keys of reference.h's visible_keys().
+// alibi_slopes: empty (no ALiBi) or the slope of every (batch, head) of q, at b * heads + h.
 ReferenceRows compute_reference_rows(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                                      float softmax_scale, const CheckOptions& options = {},
-                                     bool causal = false);
+                                     bool causal = false, const std::vector<float>& alibi_slopes = {});
 // The output's dtype (o.dtype) sets u and the smallest normal of the rule above.
 CheckResult check_against_reference(const ReferenceRows& reference, const HostTensor& o,
                                     const CheckOptions& options = {});
+
+// ------------------------------------------------------------------------------------------------
+// The log-sum-exp output (AttentionParams::lse), checked row by row against the fp64 reference:
+//
+//   R_r   = max(1, |max_j t_j|, |lse_ref_r|)      (t_j the row's scaled scores: the size of the
+//                                                  numbers the kernel's fp32 arithmetic rounds)
+//   e_r   = max(|lse_plain_r - lse_ref_r|, u32 * R_r)          (u32 = 2^-24, fp32's unit roundoff)
+//   tol_r = lse_tolerance_factor * e_r + lse_tolerance_epsilon * R_r
+//
+// with lse_plain the plain fp32 attention's max + log(sum) (reference.h). It is FlashAttention's
+// rule again (twice the plain attention's error), with the floor u32 * R_r for a plain attention
+// that is exact by luck, and an epsilon of 1e-5 relative to R_r for what two correct fp32
+// computations differ by where the plain one is not the worse: the order of the row sum over up to
+// thousands of keys (a relative error of about sqrt(n) * u32 in the sum, i.e. that much absolute in
+// its log), ex2.approx's relative error of about 2^-22 per term, and lg2/log's rounding. A kernel
+// that drops or double-counts one key of n changes the LSE by about 1/n: 2.4e-4 at n = 4096, beyond
+// 1e-5 * R_r for R_r < 24. Where the reference is -inf (a row that sees no key) or NaN, the output
+// must be exactly -inf or NaN. An element still holding the poison (bits 0xFFFFFFFF) was never
+// written and fails everywhere, in checked and unchecked rows; with finite inputs an unchecked row
+// must be finite or -inf.
+struct HostLse {
+  int64_t batch = 0, heads = 0, seq = 0;
+  int64_t batch_stride = 0, head_stride = 0;  // seq contiguous
+  std::vector<float> values;                  // the whole buffer, gaps included
+  float at(int64_t b, int64_t h, int64_t s) const {
+    return values[static_cast<size_t>(b * batch_stride + h * head_stride + s)];
+  }
+};
+
+struct LseCheckOptions {
+  double lse_tolerance_factor = 2.0;
+  double lse_tolerance_epsilon = 1e-5;
+};
+
+// result.max_abs_err, rel_l2_err (over the finite references), tolerance (largest tol_r),
+// max_err_over_tolerance, baseline_max_abs_err (the plain fp32 LSE's largest error) as for O; the
+// gaps of the buffer must still hold the poison when options.check_gaps_untouched is set.
+CheckResult check_lse_against_reference(const ReferenceRows& reference, const HostLse& lse,
+                                        const CheckOptions& options = {},
+                                        const LseCheckOptions& lse_options = {});
 
 }  // namespace fa

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -39,6 +41,21 @@ Problem::Problem(const ProblemConfig& config)
          config.dtype),
       o_(TensorLayout::make(config.batch, config.seq_q, config.heads, config.head_dim, config.layout.o),
          config.dtype) {
+  if (config.lse) {
+    const int64_t row_gap = config.layout.o.padded() ? 4 : 0, batch_gap = config.layout.o.padded() ? 8 : 0;
+    lse_view_.head_stride = config.seq_q + row_gap;
+    lse_view_.batch_stride = config.heads * lse_view_.head_stride + batch_gap;
+    lse_ = DeviceFloats(config.batch * lse_view_.batch_stride);
+    lse_view_.data = lse_.data();
+  }
+  if (config.alibi != AlibiKind::kNone) {
+    std::vector<float> table(static_cast<size_t>(config.batch * config.heads));
+    for (int64_t b = 0; b < config.batch; ++b)
+      for (int64_t h = 0; h < config.heads; ++h)
+        table[static_cast<size_t>(b * config.heads + h)] =
+            alibi_slope_value(b, h, config.heads, config.alibi);
+    set_alibi_slopes(table);
+  }
   // Distinct seeds per tensor, so q, k and v never share values.
   DeviceTensor* inputs[3] = {&q_, &k_, &v_};
   const float stds[3] = {config.q_std, config.k_std, config.v_std};
@@ -63,6 +80,8 @@ AttentionParams Problem::params() const {
   p.head_dim = config_.head_dim;
   p.softmax_scale = scale_;
   p.causal = config_.causal;
+  p.lse = lse_view_;
+  p.alibi = alibi_view_;
   return p;
 }
 
@@ -85,7 +104,7 @@ const ReferenceRows& Problem::reference(const CheckOptions& o) {
                     c.sampled_rows_per_head == o.sampled_rows_per_head && c.seed == o.seed;
   if (!same) {
     reference_ = std::make_unique<ReferenceRows>(
-        compute_reference_rows(host_q(), host_k(), host_v(), scale_, o, config_.causal));
+        compute_reference_rows(host_q(), host_k(), host_v(), scale_, o, config_.causal, alibi_table_));
     reference_options_ = o;
   }
   return *reference_;
@@ -111,7 +130,54 @@ RunResult finish_launch(const StageInfo& stage, Problem& problem, const Status& 
     return result;
   }
   result.output = problem.o().download();
+  if (problem.config().lse) {
+    result.lse_requested = true;
+    result.lse = problem.download_lse();
+  }
   return result;
+}
+
+float alibi_slope_value(int64_t b, int64_t h, int64_t heads, AlibiKind kind) {
+  if (kind == AlibiKind::kNone) return 0.0f;
+  const float per_head = std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(heads));
+  return kind == AlibiKind::kPerHead ? per_head : per_head * static_cast<float>(b + 1);
+}
+
+void Problem::set_alibi_slopes(const std::vector<float>& table) {
+  const int64_t batch = config_.batch, heads = config_.heads;
+  if (config_.alibi == AlibiKind::kNone || table.size() != static_cast<size_t>(batch * heads))
+    throw std::invalid_argument(
+        "set_alibi_slopes: the problem has no ALiBi, or not one slope per (batch, head)");
+  const bool shared = config_.alibi == AlibiKind::kPerHead;
+  for (int64_t b = 1; shared && b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      if (table[static_cast<size_t>(b * heads + h)] != table[static_cast<size_t>(h)])
+        throw std::invalid_argument("set_alibi_slopes: per-head slopes must be the same for every batch");
+  alibi_view_.batch_stride = shared ? 0 : heads + 1;
+  const int64_t rows = shared ? 1 : batch;
+  std::vector<float> device(static_cast<size_t>(rows * (shared ? heads : heads + 1)),
+                            std::numeric_limits<float>::quiet_NaN());
+  for (int64_t b = 0; b < rows; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      device[static_cast<size_t>(b * alibi_view_.batch_stride + h)] =
+          table[static_cast<size_t>(b * heads + h)];
+  if (alibi_.count() != static_cast<int64_t>(device.size()))
+    alibi_ = DeviceFloats(static_cast<int64_t>(device.size()));
+  alibi_.upload(device);
+  alibi_view_.data = alibi_.data();
+  alibi_table_ = table;
+  reference_.reset();
+}
+
+HostLse Problem::download_lse() const {
+  HostLse host;
+  host.batch = config_.batch;
+  host.heads = config_.heads;
+  host.seq = config_.seq_q;
+  host.batch_stride = lse_view_.batch_stride;
+  host.head_stride = lse_view_.head_stride;
+  host.values = lse_.download();
+  return host;
 }
 
 RunResult launch_and_download(const StageInfo& stage, Problem& problem, cudaStream_t stream) {
@@ -124,6 +190,8 @@ RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOpt
   RunResult result = launch_and_download(stage, problem, stream);
   if (!result.status.ok()) return result;
   result.check = check_against_reference(problem.reference(options), result.output, options);
+  if (result.lse_requested)
+    result.lse_check = check_lse_against_reference(problem.reference(options), result.lse, options);
   return result;
 }
 

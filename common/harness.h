@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "checker.h"
 #include "params.h"
@@ -32,6 +33,12 @@ struct ProblemLayout {
   std::string name() const;  // "padded(8)", or "q padded(8), k head-major, ..."
 };
 
+enum class AlibiKind { kNone, kPerHead, kPerBatchHead };
+
+// The test and runner slopes: 2^(-8 (h + 1) / heads), ALiBi's geometric sequence (exact for a power
+// of two heads), times b + 1 for per-(batch, head) slopes so that every batch differs.
+float alibi_slope_value(int64_t b, int64_t h, int64_t heads, AlibiKind kind);
+
 struct ProblemConfig {
   int64_t batch = 1, heads = 1, seq_q = 128, seq_kv = 128, head_dim = 64;
   // Key/value heads (AttentionParams::kv_heads); 0 means as many as heads. The problem allocates K
@@ -43,6 +50,14 @@ struct ProblemConfig {
   uint64_t seed = 1;
   float q_std = 1.0f, k_std = 1.0f, v_std = 1.0f;  // inputs are N(0, std^2)
   bool causal = false;  // AttentionParams::causal; the reference masks the same keys
+  // Ask for the log-sum-exp output (AttentionParams::lse), [batch, heads, seq_q] fp32. Its rows are
+  // packed when O's layout is not padded; with a padded O they have poisoned gaps after every row
+  // (4 floats) and every batch (8 more), so a write past a row or a wrong stride shows.
+  bool lse = false;
+  // ALiBi (AttentionParams::alibi): none, one slope per head shared by the batch (batch stride 0),
+  // or one per (batch, head) with a batch stride of heads + 1 (a NaN-poisoned gap after every batch's
+  // row, so a kernel that strides wrong reads NaN). The slopes are alibi_slope_value's.
+  AlibiKind alibi = AlibiKind::kNone;
 };
 
 // Device tensors for one attention call, filled with seeded normal data. Gaps in padded layouts
@@ -63,7 +78,11 @@ class Problem {
   // Replace inputs with edited host copies (adversarial data); the cache follows.
   void set_inputs(const HostTensor& q, const HostTensor& k, const HostTensor& v);
 
-  void poison_output() { o_.fill_bytes(0xFF); }
+  // O (and the LSE, if asked for) full of 0xFF bytes, which no kernel write produces.
+  void poison_output() {
+    o_.fill_bytes(0xFF);
+    lse_.fill_bytes(0xFF);
+  }
 
   // The fp64 reference of the rows `options` selects, computed once per problem and options and
   // shared by every stage that runs on it.
@@ -73,11 +92,24 @@ class Problem {
   DeviceTensor& k() { return k_; }
   DeviceTensor& v() { return v_; }
   DeviceTensor& o() { return o_; }
+  // The LSE buffer and its layout (values empty) when config().lse, else empty.
+  const DeviceFloats& lse() const { return lse_; }
+  HostLse download_lse() const;
+  // The slope of every (batch, head) at b * heads + h, as the reference takes them; empty without ALiBi.
+  const std::vector<float>& alibi_slopes() const { return alibi_table_; }
+  // Replaces the slopes: one per (batch, head), at b * heads + h; the same for every batch with
+  // AlibiKind::kPerHead. Throws std::invalid_argument for a problem without ALiBi.
+  void set_alibi_slopes(const std::vector<float>& table);
 
  private:
   ProblemConfig config_;
   float scale_;
   DeviceTensor q_, k_, v_, o_;
+  LseOutput lse_view_;
+  DeviceFloats lse_;
+  AlibiSlopes alibi_view_;
+  DeviceFloats alibi_;
+  std::vector<float> alibi_table_;
   std::unique_ptr<HostTensor> host_q_, host_k_, host_v_;
   std::unique_ptr<ReferenceRows> reference_;
   CheckOptions reference_options_;
@@ -87,14 +119,19 @@ struct RunResult {
   Status status;      // the launcher's answer; if not ok, nothing ran and `check` is empty
   CheckResult check;  // valid when status.ok()
   HostTensor output;  // the output that was checked
-  bool passed() const { return status.ok() && check.passed; }
+  bool lse_requested = false;  // the problem asked for the LSE: lse and lse_check below are valid
+  HostLse lse;
+  CheckResult lse_check;
+  bool passed() const { return status.ok() && check.passed && (!lse_requested || lse_check.passed); }
 };
 
-// Poison O, launch on `stream`, wait for that stream, download the output; `check` stays empty (for
+// Poison O (and the LSE), launch on `stream`, wait for that stream, download the output (and the
+// LSE); `check` stays empty (for
 // repeated launches, and for checks against inputs other than the problem's cached host copies).
 RunResult launch_and_download(const StageInfo& stage, Problem& problem, cudaStream_t stream = nullptr);
 
-// launch_and_download, then check every output element that the options ask for.
+// launch_and_download, then check every output element that the options ask for (and the LSE of the
+// same rows, when the problem asks for it).
 RunResult run_and_check(const StageInfo& stage, Problem& problem, const CheckOptions& options = {},
                         cudaStream_t stream = nullptr);
 

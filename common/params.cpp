@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace fa {
 
@@ -49,6 +52,37 @@ std::string check_tensor(const char* name, const TensorView& t) {
   } else if (t.batch_stride % 8 != 0 || t.seq_stride % 8 != 0 || t.head_stride % 8 != 0) {
     err << name << " strides (batch " << t.batch_stride << ", seq " << t.seq_stride << ", head "
         << t.head_stride << ") must be multiples of 8 elements so every row is 16-byte aligned";
+  }
+  return err.str();
+}
+
+constexpr int64_t kMaxAlibiSeq = int64_t{1} << 23;
+
+// The LSE output: 4-byte aligned, positive strides, and every (batch, head) row of seq_q floats in
+// memory of its own: taking the dimensions with more than one row by increasing stride, each stride
+// must step over everything the smaller ones span (a dimension of size 1 never steps).
+std::string check_lse(const AttentionParams& p) {
+  const LseOutput& lse = p.lse;
+  std::ostringstream err;
+  if (reinterpret_cast<uintptr_t>(lse.data) % alignof(float) != 0) {
+    err << "lse pointer is not 4-byte aligned";
+  } else if (lse.batch_stride <= 0 || lse.head_stride <= 0) {
+    err << "lse strides must be positive (batch " << lse.batch_stride << ", head " << lse.head_stride << ")";
+  } else {
+    std::vector<std::pair<int64_t, int64_t>> steps;  // (stride, count) of the dimensions that step
+    if (p.batch > 1) steps.push_back({lse.batch_stride, p.batch});
+    if (p.heads > 1) steps.push_back({lse.head_stride, p.heads});
+    std::sort(steps.begin(), steps.end());
+    int64_t span = p.seq_q;  // elements covered so far, from the start of one row
+    for (const auto& [stride, count] : steps) {
+      if (stride < span) {
+        err << "lse strides (batch " << lse.batch_stride << ", head " << lse.head_stride
+            << ") overlap: every (batch, head) row of seq_q " << p.seq_q << " floats needs memory of its own";
+        break;
+      }
+      constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+      span = stride > kMax / count ? kMax : stride * count;
+    }
   }
   return err.str();
 }
@@ -115,6 +149,37 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
   for (int i = 0; i < 4; ++i) {
     std::string what = check_tensor(names[i], *tensors[i]);
     if (!what.empty()) return Status::error(err.str() + what);
+  }
+  if (p.lse.data != nullptr) {
+    std::string what = check_lse(p);
+    if (!what.empty()) return Status::error(err.str() + what);
+    if ((stage.features & kFeatureLse) == 0) {
+      err << "the log-sum-exp output (lse) is not supported by this stage (it does not declare the feature "
+             "\"lse\")";
+      return Status::error(err.str());
+    }
+  }
+  if (p.alibi.data != nullptr) {
+    if (reinterpret_cast<uintptr_t>(p.alibi.data) % alignof(float) != 0) {
+      err << "alibi slopes pointer is not 4-byte aligned";
+      return Status::error(err.str());
+    }
+    if (p.alibi.batch_stride < 0 ||
+        (p.alibi.batch_stride > 0 && p.alibi.batch_stride < p.heads && p.batch > 1)) {
+      err << "alibi slopes batch stride " << p.alibi.batch_stride
+          << " must be 0 (one [heads] row for every batch) or "
+          << "at least heads " << p.heads;
+      return Status::error(err.str());
+    }
+    if (p.seq_q > kMaxAlibiSeq || p.seq_kv > kMaxAlibiSeq) {
+      err << "alibi needs seq_q and seq_kv at most 2^23 (got " << p.seq_q << " and " << p.seq_kv
+          << "): the distances are computed as fp32 integers";
+      return Status::error(err.str());
+    }
+    if ((stage.features & kFeatureAlibi) == 0) {
+      err << "alibi is not supported by this stage (it does not declare the feature \"alibi\")";
+      return Status::error(err.str());
+    }
   }
   // Positive, not just non-zero: stages 7 and later take the row max of the unscaled scores, which is
   // the max of the scaled scores only when the scale is positive.

@@ -29,6 +29,28 @@ struct TensorView {
   int64_t head_stride = 0;
 };
 
+// The optional fp32 log-sum-exp output, [batch, heads, seq_q] with the sequence contiguous:
+// lse[b, h, i] = log(sum over the keys j that query i sees of exp(softmax_scale * q_i . k_j)), the
+// natural log; -inf for a query that sees no key (the log of an empty sum). With it, attention over
+// disjoint key ranges can be merged exactly (split-KV decoding), and a backward pass can recompute P
+// without a second pass over the keys. Strides in elements (floats).
+struct LseOutput {
+  float* data = nullptr;  // nullptr: not requested (the default)
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+};
+
+// ALiBi (attention with linear biases), as FlashAttention-2 defines it: the score of query i and key
+// j becomes softmax_scale * q_i . k_j - slope * |i + seq_kv - seq_q - j| (the distance from the
+// bottom-right-aligned diagonal), with one fp32 slope per head: slopes[b * batch_stride + h], so a
+// batch stride of 0 shares [heads] slopes across the batch and a stride >= heads gives each batch
+// its own row of [batch, heads]. The kernels compute the distances as fp32 integers, exact below
+// 2^24: seq_q and seq_kv must be at most 2^23 with ALiBi.
+struct AlibiSlopes {
+  const float* data = nullptr;  // nullptr: no ALiBi (the default)
+  int64_t batch_stride = 0;
+};
+
 // O = softmax(Q K^T * softmax_scale) V, per batch and query head.
 // q/o: [batch, seq_q, heads, head_dim]; k/v: [batch, seq_kv, kv_heads, head_dim].
 struct AttentionParams {
@@ -45,6 +67,11 @@ struct AttentionParams {
   int64_t seq_kv = 0;
   int64_t head_dim = 0;
   float softmax_scale = 0.0f;  // set it with default_softmax_scale() unless you want another one
+  // Only for stages that declare the feature "lse"; each (batch, head) row of seq_q floats must have
+  // memory of its own (the strides are checked for overlap).
+  LseOutput lse;
+  // Only for stages that declare the feature "alibi".
+  AlibiSlopes alibi;
   // Causal masking aligned to the bottom-right (FlashAttention >= 2.1): query i sees the keys
   // j <= i + seq_kv - seq_q; a query that sees no key (seq_q > seq_kv) outputs zeros. Only for
   // stages that declare the feature "causal".

@@ -93,4 +93,27 @@ class DeviceTensor {
   void* data_ = nullptr;
 };
 
+// fp32 values in device memory, for the small float tensors of the optional features (the LSE
+// output, ALiBi slopes). Owns its memory; empty (data() == nullptr) when built with 0 elements.
+class DeviceFloats {
+ public:
+  DeviceFloats() = default;
+  explicit DeviceFloats(int64_t count);
+  ~DeviceFloats();
+  DeviceFloats(DeviceFloats&& other) noexcept;
+  DeviceFloats& operator=(DeviceFloats&& other) noexcept;
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+
+  float* data() const { return data_; }
+  int64_t count() const { return count_; }
+  void fill_bytes(unsigned char byte);  // 0xFF bytes are a NaN (bits 0xFFFFFFFF): the poison
+  std::vector<float> download() const;
+  void upload(const std::vector<float>& values);  // exactly count() values
+
+ private:
+  float* data_ = nullptr;
+  int64_t count_ = 0;
+};
+
 }  // namespace fa

@@ -2,7 +2,9 @@
 #include <cuda_fp16.h>
 
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda_check.h"
 #include "tensor.h"
@@ -107,6 +109,47 @@ void DeviceTensor::upload(const HostTensor& host) {
     throw std::runtime_error("DeviceTensor::upload: host tensor does not match the device tensor");
   }
   FA_CUDA_CHECK(cudaMemcpy(data_, host.raw.data(), bytes(), cudaMemcpyHostToDevice));
+}
+
+DeviceFloats::DeviceFloats(int64_t count) : count_(count) {
+  if (count > 0) FA_CUDA_CHECK(cudaMalloc(&data_, static_cast<size_t>(count) * sizeof(float)));
+}
+
+DeviceFloats::~DeviceFloats() {
+  if (data_) cudaFree(data_);
+}
+
+DeviceFloats::DeviceFloats(DeviceFloats&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+
+DeviceFloats& DeviceFloats::operator=(DeviceFloats&& other) noexcept {
+  if (this != &other) {
+    if (data_) cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    count_ = std::exchange(other.count_, 0);
+  }
+  return *this;
+}
+
+void DeviceFloats::fill_bytes(unsigned char byte) {
+  if (count_ == 0) return;
+  FA_CUDA_CHECK(cudaMemset(data_, byte, static_cast<size_t>(count_) * sizeof(float)));
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::vector<float> DeviceFloats::download() const {
+  std::vector<float> host(static_cast<size_t>(count_));
+  if (count_ > 0)
+    FA_CUDA_CHECK(cudaMemcpy(host.data(), data_, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+void DeviceFloats::upload(const std::vector<float>& values) {
+  if (values.size() != static_cast<size_t>(count_))
+    throw std::runtime_error("DeviceFloats::upload: " + std::to_string(values.size()) + " values for " +
+                             std::to_string(count_) + " elements");
+  if (count_ > 0)
+    FA_CUDA_CHECK(cudaMemcpy(data_, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 }  // namespace fa

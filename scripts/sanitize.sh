@@ -9,6 +9,17 @@
 #   contiguous: fa_run --no-time --stage all --dtype all --head-dim all --layout contiguous --batch 2 --heads 2 --seq 128 --seq-kv 256
 #   mixed:      fa_run --no-time --stage all --dtype all --head-dim all --layout mixed --batch 2 --heads 3 --seq 256 --seq-kv 384
 #
+# and lengths that are not tile multiples with each feature of the general-attention track, each on
+# the selected stages that declare all it asks for (fa_run --list --json; any_length, then the
+# features its flags name): the partial tiles, the causal rows that see no key, the key/value head
+# of a group, the LSE writes and the ALiBi slope read are what these add:
+#
+#   any_length: --layout mixed --batch 2 --heads 3 --seq 200 --seq-kv 333
+#   causal:     --layout contiguous --batch 2 --heads 2 --seq 333 --seq-kv 200 --causal
+#   gqa:        --layout mixed --batch 2 --heads 4 --kv-heads 1 --seq 200 --seq-kv 333 --causal
+#   lse:        --layout contiguous --batch 2 --heads 4 --kv-heads 2 --seq 333 --seq-kv 200 --causal --lse
+#   alibi:      --layout mixed --batch 2 --heads 4 --kv-heads 2 --seq 200 --seq-kv 333 --lse --alibi
+#
 # Usage:
 #   scripts/sanitize.sh                          every tool; builds fa_run first (incremental)
 #   scripts/sanitize.sh --tool racecheck         one tool (repeat it, or give a comma list)
@@ -22,7 +33,7 @@
 # first configure, e.g. 90), BUILD_JOBS (default: all cores).
 #
 # It prints a table (tool, shape, exit status, errors, warnings, the runner's own check) and exits
-#   0   every tool reported 0 errors and every stage passed its check, on both shapes
+#   0   every tool reported 0 errors and every stage passed its check, on every shape
 #   1   something failed (the table and the log excerpts below it say what), a compute-sanitizer
 #       that is there but does not run included
 #   2   bad usage, or the build failed
@@ -150,16 +161,60 @@ fi
 [[ -n $log_dir ]] || log_dir=$(dirname "$fa_run")/sanitizer
 mkdir -p "$log_dir"
 
-common_args=(--no-time --stage "$stages" --dtype all --head-dim all)
+common_args=(--no-time --dtype all --head-dim all)
 shapes=(contiguous mixed)
 declare -A shape_args=(
   [contiguous]="--layout contiguous --batch 2 --heads 2 --seq 128 --seq-kv 256"
   [mixed]="--layout mixed --batch 2 --heads 3 --seq 256 --seq-kv 384"
 )
+declare -A stages_of_shape=([contiguous]=$stages [mixed]=$stages)
+
+# The selected stages (--stage: names or numbers, or all) that declare every feature named, comma-
+# separated; each stage is one line of fa_run --list --json.
+stages_declaring() {
+  local line name number feature picked=""
+  while IFS= read -r line; do
+    for feature in "$@"; do
+      [[ $line == *"\"$feature\""* ]] || continue 2
+    done
+    name=$(sed -nE 's/.*"name": "([^"]+)".*/\1/p' <<<"$line")
+    number=${name%%_*}
+    if [[ $stages == all || ",$stages," == *",$name,"* || ",$stages," == *",$number,"* ]]; then
+      picked+=${picked:+,}$name
+    fi
+  done < <("$fa_run" --list --json)
+  echo "$picked"
+}
+# The general-attention shapes, each on the stages that declare all it asks for (a shape no selected
+# stage declares is left out).
+general_shapes=(any_length causal gqa lse alibi)
+declare -A general_args=(
+  [any_length]="--layout mixed --batch 2 --heads 3 --seq 200 --seq-kv 333"
+  [causal]="--layout contiguous --batch 2 --heads 2 --seq 333 --seq-kv 200 --causal"
+  [gqa]="--layout mixed --batch 2 --heads 4 --kv-heads 1 --seq 200 --seq-kv 333 --causal"
+  [lse]="--layout contiguous --batch 2 --heads 4 --kv-heads 2 --seq 333 --seq-kv 200 --causal --lse"
+  [alibi]="--layout mixed --batch 2 --heads 4 --kv-heads 2 --seq 200 --seq-kv 333 --lse --alibi"
+)
+declare -A general_features=(
+  [any_length]="any_length"
+  [causal]="any_length causal"
+  [gqa]="any_length causal gqa"
+  [lse]="any_length causal gqa lse"
+  [alibi]="any_length gqa lse alibi"
+)
+for shape in "${general_shapes[@]}"; do
+  # shellcheck disable=SC2086 # the feature list is split on purpose
+  declaring=$(stages_declaring ${general_features[$shape]})
+  [[ -n $declaring ]] || continue
+  shapes+=("$shape")
+  shape_args[$shape]=${general_args[$shape]}
+  stages_of_shape[$shape]=$declaring
+done
+
 runner_args() { # runner_args SHAPE -> fills the array `args_of_shape`
   local shape_part
   read -r -a shape_part <<<"${shape_args[$1]}"
-  args_of_shape=("${common_args[@]}" "${shape_part[@]}")
+  args_of_shape=("${common_args[@]}" --stage "${stages_of_shape[$1]}" "${shape_part[@]}")
 }
 
 # ---- without a sanitizer first: is there a GPU, and does every stage pass? -----------------------------
@@ -294,5 +349,5 @@ if ((failed)); then
   exit 1
 fi
 [[ -z $no_sanitizer ]] || skip "$no_sanitizer"
-say "every tool clean, every stage passed its check, on both shapes"
+say "every tool clean, every stage passed its check, on every shape (${shapes[*]})"
 exit 0

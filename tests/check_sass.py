@@ -18,6 +18,12 @@ kernel's source):
     ]
   },
   "spill_budget": {"sm_80": 0, "sm_86": 0, "sm_90": 4, "sm_90a": 0, "why": "..."}
+
+A stage whose kernel has compile-time feature switches (bool template arguments after dtype and
+head_dim: attention_kernel<T, D, kAlibi>) names them in order in "sass": {"kernel_flags":
+["alibi"]}; a check may then use each name as 0 or 1 for the kernel at hand ("not alibi or
+c('FFMA') >= p('FFMA') + 64"), and every kernel is compared with the parent's kernel of the same
+dtype and head_dim whose flags are equal, or the parent's only one where the parent has none.
                                           LDL + STL per kernel at most this many on that
                                           architecture; an architecture not listed allows none
 
@@ -72,8 +78,8 @@ class Check:
                  ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod,
                  ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
-    def __init__(self, expression: str, why: str, where: str):
-        self.expression, self.why = expression, why
+    def __init__(self, expression: str, why: str, where: str, flag_names: tuple = ()):
+        self.expression, self.why, self.flag_names = expression, why, tuple(flag_names)
         try:
             tree = ast.parse(expression, mode="eval")
         except SyntaxError as e:
@@ -94,9 +100,9 @@ class Check:
                 if node.args[0].value not in self.opcodes:
                     self.opcodes.append(node.args[0].value)
             elif isinstance(node, ast.Name):
-                if id(node) not in calls:
-                    raise DeclarationError("%s: in %r, %r is not allowed (only c() and p())"
-                                           % (where, self.expression, node.id))
+                if id(node) not in calls and node.id not in self.flag_names:
+                    raise DeclarationError("%s: in %r, %r is not allowed (only c(), p() and the kernel_flags %s)"
+                                           % (where, self.expression, node.id, list(self.flag_names)))
             elif isinstance(node, ast.Constant):
                 if not isinstance(node.value, (int, float, str)) or isinstance(node.value, bool):
                     raise DeclarationError("%s: in %r, the constant %r is not allowed"
@@ -108,14 +114,19 @@ class Check:
             raise DeclarationError("%s: %r names no opcode" % (where, self.expression))
 
     def holds(self, child: sass.Kernel, parent: sass.Kernel) -> bool:
-        result = eval(self.code, {"__builtins__": {}}, {"c": child.count, "p": parent.count})
+        if len(child.flags) != len(self.flag_names):
+            raise DeclarationError("%s has %d bool template arguments, kernel_flags names %d"
+                                   % (child.label, len(child.flags), len(self.flag_names)))
+        names = {name: bool(bit) for name, bit in zip(self.flag_names, child.flags)}
+        result = eval(self.code, {"__builtins__": {}}, {"c": child.count, "p": parent.count, **names})
         if not isinstance(result, bool):
             raise DeclarationError("%r gives %r, not True or False" % (self.expression, result))
         return result
 
     def values(self, child: sass.Kernel, parent: sass.Kernel) -> str:
-        return ", ".join("c('%s')=%d p('%s')=%d" % (op, child.count(op), op, parent.count(op))
-                         for op in self.opcodes)
+        flags = ["%s=%d" % (name, bit) for name, bit in zip(self.flag_names, child.flags)]
+        return ", ".join(flags + ["c('%s')=%d p('%s')=%d" % (op, child.count(op), op, parent.count(op))
+                                  for op in self.opcodes])
 
 
 @dataclass
@@ -138,7 +149,7 @@ class Declaration:
 
 def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
     where = "stages/%s/stage.json" % stage.name
-    extra = set(stage.sass) - {"require", "forbid", "versus_parent"}
+    extra = set(stage.sass) - {"require", "forbid", "versus_parent", "kernel_flags"}
     if extra:
         raise DeclarationError("%s: unknown keys in \"sass\": %s" % (where, ", ".join(sorted(extra))))
     lists = {}
@@ -152,6 +163,10 @@ def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
     both = set(lists["require"]) & set(lists["forbid"])
     if both:
         raise DeclarationError("%s: %s both required and forbidden" % (where, ", ".join(sorted(both))))
+    flag_names = stage.sass.get("kernel_flags", [])
+    if not isinstance(flag_names, list) or not all(isinstance(n, str) and n.isidentifier() for n in flag_names) \
+            or len(set(flag_names)) != len(flag_names) or {"c", "p"} & set(flag_names):
+        raise DeclarationError("%s: sass.kernel_flags must be a list of distinct names like \"alibi\"" % where)
     checks = []
     entries = stage.sass.get("versus_parent", [])
     if entries and not stage.parent:
@@ -162,7 +177,7 @@ def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
         if not isinstance(entry, dict) or set(entry) != {"check", "why"} or not entry["why"].strip():
             raise DeclarationError("%s: versus_parent[%d] must be {\"check\": ..., \"why\": ...} with a why"
                                    % (where, i))
-        checks.append(Check(entry["check"], entry["why"], "%s versus_parent[%d]" % (where, i)))
+        checks.append(Check(entry["check"], entry["why"], "%s versus_parent[%d]" % (where, i), flag_names))
     budget, why = {}, ""
     for key, value in stage.spill_budget.items():
         if key == "why":
@@ -214,8 +229,8 @@ def check_stage(decl: Declaration, kernels: list[sass.Kernel], parent_kernels: l
     if not report.expect(bool(kernels), "%s: no kernel in the library's SASS" % stage.name):
         print("  FAIL: no kernel in the library's SASS")
         return set()
-    print("  %-7s %-10s %s  result" % ("arch", "kernel", " ".join("%*s" % (max(4, len(c)), c) for c in columns)))
-    for kernel in sorted(kernels, key=lambda k: (k.arch, k.instantiation)):
+    print("  %-7s %-14s %s  result" % ("arch", "kernel", " ".join("%*s" % (max(4, len(c)), c) for c in columns)))
+    for kernel in sorted(kernels, key=lambda k: (k.arch, k.instantiation, k.flags)):
         where = "%s %s %s" % (stage.name, kernel.arch, kernel.label)
         problems = []
         for op in decl.require:
@@ -232,7 +247,7 @@ def check_stage(decl: Declaration, kernels: list[sass.Kernel], parent_kernels: l
                                " (%s)" % decl.spill_why if decl.spill_why else " (no budget declared)"))
         if decl.checks:
             problems += compare_with_parent(decl, kernel, parent_kernels, report, not_evaluated)
-        print("  %-7s %-10s %s  %s" % (kernel.arch, kernel.label,
+        print("  %-7s %-14s %s  %s" % (kernel.arch, kernel.label,
                                       " ".join("%*d" % (max(4, len(c)), kernel.count(c)) for c in columns),
                                       "FAIL" if problems else "ok"))
         for p in problems:
@@ -251,7 +266,8 @@ def compare_with_parent(decl: Declaration, kernel: sass.Kernel, parent_kernels: 
     if not any(k.arch == arch for k in parent_kernels):
         not_evaluated.append("%s: %s has no %s code in this build" % (where, parent.name, arch))
         return []
-    matches = [k for k in parent_kernels if k.arch == arch and k.instantiation == kernel.instantiation]
+    matches = [k for k in parent_kernels if k.arch == arch and k.instantiation == kernel.instantiation
+               and (k.flags == kernel.flags or not k.flags)]
     if not report.expect(len(matches) == 1, where):
         return ["versus %s: %d kernels of %s %s in the parent (need exactly one)"
                 % (parent.name, len(matches), arch, kernel.label)]

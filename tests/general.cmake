@@ -30,3 +30,22 @@ fa_add_cpu_test(test_gqa_reference test_gqa_reference.cpp)
 # causal and not; V set to each head's number, so the output names the head a row read; every other
 # stage rejects kv_heads != heads and writes nothing. Skipped without a GPU.
 fa_add_gpu_test(test_gpu_gqa test_gpu_gqa.cpp)
+
+# The log-sum-exp output, no GPU: the reference's LSE on answers known by hand, the LSE check
+# (checker.h: what passes and what fails) and the launcher contract for AttentionParams::lse.
+fa_add_cpu_test(test_lse_reference test_lse_reference.cpp)
+
+# Every stage that declares lse, any length, causal (rows with no key: -inf) and not, with GQA,
+# packed and padded LSE buffers; q = 0 (each LSE is log(keys seen)) and large scores; every other
+# stage rejects the pointer and writes nothing. Skipped without a GPU.
+fa_add_gpu_test(test_gpu_lse test_gpu_lse.cpp)
+
+# ALiBi, no GPU: the bias and its bottom-right alignment, the reference with it on answers computed
+# by hand (q = 0: the weights are exp(-slope |distance|)), per-(batch, head) slopes, the harness's
+# slopes, and the launcher contract for AttentionParams::alibi.
+fa_add_cpu_test(test_alibi_reference test_alibi_reference.cpp)
+
+# Every stage that declares alibi, slopes per head and per (batch, head), causal and not, any
+# length, with the LSE; q = 0 with slope 8 (each row on its diagonal key), negative slopes, GQA;
+# every other stage rejects slopes and writes nothing. Skipped without a GPU.
+fa_add_gpu_test(test_gpu_alibi test_gpu_alibi.cpp)

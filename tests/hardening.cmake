@@ -36,7 +36,8 @@ if(FA_BASH)
               --fa-run $<TARGET_FILE:fa_run>
               --log-dir ${CMAKE_CURRENT_BINARY_DIR}/sanitizer)
     # One sanitized process at a time on the GPU (RESOURCE_LOCK), and generous time: racecheck
-    # instruments every shared-memory access, and each tool runs the runner on two shapes.
+    # instruments every shared-memory access, and each tool runs the runner on every shape
+    # scripts/sanitize.sh lists (two for every stage, five more for the general-attention stages).
     set_tests_properties(sanitizer_${tool} PROPERTIES
       LABELS "gpu;sanitizer"
       SKIP_RETURN_CODE 77

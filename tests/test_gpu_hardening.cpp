@@ -931,6 +931,55 @@ std::vector<InvalidCase> invalid_cases(const StageInfo& stage, const AttentionPa
     add("kv_heads 1 (multi-query) without gqa", [](AttentionParams& p) { p.kv_heads = 1; },
         {"kv_heads 1", "\"gqa\""});
 
+  // The LSE output (stage.json feature "lse"), pointed at O's buffer: a launch that validation let
+  // through would write floats over the poison. Without the feature any pointer is rejected; with
+  // it, a misaligned pointer and strides whose rows overlap.
+  const auto lse_into_o = [](AttentionParams& p, int64_t byte_offset, int64_t batch_stride,
+                             int64_t head_stride) {
+    p.lse.data = reinterpret_cast<float*>(static_cast<char*>(p.o.data) + byte_offset);
+    p.lse.batch_stride = batch_stride;
+    p.lse.head_stride = head_stride;
+  };
+  const int64_t lse_row = valid.seq_q, lse_batch = valid.heads * valid.seq_q;
+  if ((stage.features & fa::kFeatureLse) == 0) {
+    add("lse output without the feature", [=](AttentionParams& p) { lse_into_o(p, 0, lse_batch, lse_row); },
+        {"\"lse\""});
+  } else {
+    add("lse pointer + 2 bytes", [=](AttentionParams& p) { lse_into_o(p, 2, lse_batch, lse_row); },
+        {"lse pointer is not 4-byte aligned"});
+    add("lse head stride 0", [=](AttentionParams& p) { lse_into_o(p, 0, lse_batch, 0); },
+        {"lse strides must be positive"});
+    add("lse rows overlapping (head stride seq_q - 1)",
+        [=](AttentionParams& p) { lse_into_o(p, 0, lse_batch, lse_row - 1); }, {"lse strides", "overlap"});
+    add("lse batches overlapping (batch stride = head stride)",
+        [=](AttentionParams& p) { lse_into_o(p, 0, lse_row, lse_row); }, {"lse strides", "overlap"});
+  }
+
+  // ALiBi slopes (stage.json feature "alibi"), pointed at O's buffer (never read: validation must
+  // stop them). Without the feature any pointer is rejected; with it, a misaligned pointer, a
+  // negative batch stride, one smaller than heads (batches sharing slopes they should not), and
+  // lengths beyond 2^23 (the kernels' fp32 distances).
+  const auto slopes_in_o = [](AttentionParams& p, int64_t byte_offset, int64_t batch_stride) {
+    p.alibi.data = reinterpret_cast<const float*>(static_cast<char*>(p.o.data) + byte_offset);
+    p.alibi.batch_stride = batch_stride;
+  };
+  if ((stage.features & fa::kFeatureAlibi) == 0) {
+    add("alibi slopes without the feature", [=](AttentionParams& p) { slopes_in_o(p, 0, 0); }, {"\"alibi\""});
+  } else {
+    add("alibi slopes pointer + 2 bytes", [=](AttentionParams& p) { slopes_in_o(p, 2, 0); },
+        {"alibi slopes pointer is not 4-byte aligned"});
+    add("alibi slopes batch stride -1", [=](AttentionParams& p) { slopes_in_o(p, 0, -1); },
+        {"alibi slopes batch stride -1"});
+    add("alibi slopes batch stride 1 < heads", [=](AttentionParams& p) { slopes_in_o(p, 0, 1); },
+        {"alibi slopes batch stride 1", "at least heads"});
+    add("alibi with seq_kv 2^23 + 1",
+        [=](AttentionParams& p) {
+          slopes_in_o(p, 0, 0);
+          p.seq_kv = (int64_t{1} << 23) + 1;
+        },
+        {"alibi", "2^23"});
+  }
+
   for (int i = 0; i < 4; ++i) {
     const std::string name = kTensorNames[i];
     // A dtype value that is no DType, in one tensor.

@@ -59,7 +59,7 @@ struct Options {
   int64_t batch = 16, heads = 32, seq_kv = 0, kv_heads = 0;
   std::string layout = "contiguous";
   int warmup = 5, reps = 20;
-  bool time = true, list = false, json = false, help = false, causal = false;
+  bool time = true, list = false, json = false, help = false, causal = false, lse = false, alibi = false;
   std::string csv;
 };
 
@@ -92,6 +92,13 @@ void print_help() {
       "                             keys j <= i + seq_kv - seq_q); a stage that does not\n"
       "                             declare the feature is skipped, and TFLOP/s count the\n"
       "                             area below the diagonal (half at seq_q == seq_kv)\n"
+      "  --lse                      also write the fp32 log-sum-exp of every row and check it\n"
+      "                             against the fp64 reference (checker.h states the rule);\n"
+      "                             a stage that does not declare lse is skipped\n"
+      "  --alibi                    ALiBi: -slope * |i + seq_kv - seq_q - j| added to the scaled\n"
+      "                             score of query i and key j, one slope per head shared by\n"
+      "                             the batch, 2^(-8 (h + 1) / heads); a stage that does not\n"
+      "                             declare alibi is skipped\n"
       "  --layout KIND              memory layout of q, k, v and o                  [%s]\n"
       "                               contiguous         [batch][seq][heads][head_dim], packed\n"
       "                               padded             same order, NaN-filled gaps after every\n"
@@ -174,6 +181,10 @@ Options parse(int argc, char** argv) {
       o.json = true;
     else if (arg == "--causal")
       o.causal = true;
+    else if (arg == "--lse")
+      o.lse = true;
+    else if (arg == "--alibi")
+      o.alibi = true;
     else if (arg == "--layout")
       o.layout = value();
     else if (arg == "--help" || arg == "-h")
@@ -193,7 +204,10 @@ Options parse(int argc, char** argv) {
 // The optional features a call asks for that the stage does not declare, by their stage.json names
 // ("causal, gqa"); empty when it declares them all.
 std::string missing_features(const StageInfo& stage, const AttentionParams& p) {
-  const std::pair<bool, const char*> asked[] = {{p.causal, "causal"}, {p.kv_heads != p.heads, "gqa"}};
+  const std::pair<bool, const char*> asked[] = {{p.causal, "causal"},
+                                                {p.kv_heads != p.heads, "gqa"},
+                                                {p.lse.data != nullptr, "lse"},
+                                                {p.alibi.data != nullptr, "alibi"}};
   std::string missing;
   for (const auto& [wanted, name] : asked)
     if (wanted && (stage.features & feature_bit(name)) == 0)
@@ -358,6 +372,8 @@ int main(int argc, char** argv) {
         config.layout = layout;
         config.causal = opt.causal;
         config.kv_heads = opt.kv_heads;
+        config.lse = opt.lse;
+        config.alibi = opt.alibi ? AlibiKind::kPerHead : AlibiKind::kNone;
         Problem problem(config);
         for (const StageInfo* stage : stages) {
           std::fflush(stdout);
@@ -375,11 +391,17 @@ int main(int argc, char** argv) {
             status = "ERROR: " + run.status.message;
           } else if (!run.check.passed) {
             status = "FAIL: " + run.check.summary();
+          } else if (run.lse_requested && !run.lse_check.passed) {
+            status = "FAIL: lse: " + run.lse_check.summary();
           } else if (opt.time) {
             try {
               timing = time_stage(*stage, problem, opt.warmup, opt.reps);
               // The last timed launch must have produced the checked output, bit for bit.
-              if (problem.o().download().raw != run.output.raw)
+              const bool lse_changed =
+                  run.lse_requested &&
+                  std::memcmp(problem.download_lse().values.data(), run.lse.values.data(),
+                              run.lse.values.size() * sizeof(float)) != 0;
+              if (problem.o().download().raw != run.output.raw || lse_changed)
                 status = "FAIL: output changed between launches (race?)";
             } catch (const std::exception& e) {
               status = std::string("ERROR: during timing: ") + e.what();

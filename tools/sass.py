@@ -14,7 +14,9 @@ sections of docs/stages).
 Opcodes are counted with prefix semantics: count("LDG") counts LDG.E.128 and LDG.E but not LDGSTS;
 count("MUFU.EX2") counts MUFU.EX2 only, not MUFU.RCP. A kernel's dtype and head_dim come from its
 mangled name: every stage's kernel is a template whose first two arguments are the element type
-and head_dim (attention_kernel<__half, 128> is ...I6__halfLi128E...).
+and head_dim (attention_kernel<__half, 128> is ...I6__halfLi128E...). Bool template arguments after
+them are a stage's compile-time feature switches (attention_kernel<__half, 128, true> is
+...I6__halfLi128ELb1EE...): kernel.flags, (1,) there; a stage.json names them ("kernel_flags").
 
 cuobjdump -sass runs nvdisasm, so both are needed. Each is looked up in $CUOBJDUMP / $NVDISASM,
 next to the other, on PATH, in /usr/local/cuda/bin, and in NVIDIA's pip wheels
@@ -41,7 +43,7 @@ ELF_ARCH = re.compile(r"^arch = (sm_\d+[a-z]?)\s*$")
 USAGE_FUNCTION = re.compile(r"^\s*Function (\S+):\s*$")
 USAGE_LINE = re.compile(r"^\s*((?:[A-Z_]+(?:\[\d+\])?:\d+\s*)+)$")
 DTYPES = {"6__half": "fp16", "13__nv_bfloat16": "bf16"}
-TEMPLATE_ARGS = re.compile(r"I(%s)Li(\d+)E" % "|".join(DTYPES))
+TEMPLATE_ARGS = re.compile(r"I(%s)Li(\d+)E((?:Lb[01]E)*)" % "|".join(DTYPES))
 
 
 @dataclass(frozen=True)
@@ -77,16 +79,26 @@ class Kernel:
         return int(m.group(2)) if m else None
 
     @property
+    def flags(self) -> tuple:
+        """The bool template arguments after dtype and head_dim, as 0/1 in order; () if none."""
+        m = TEMPLATE_ARGS.search(self.name)
+        return tuple(int(bit) for bit in re.findall(r"Lb([01])E", m.group(3))) if m else ()
+
+    @property
     def instantiation(self) -> tuple:
         """What a kernel is compared by across stages: (dtype, head_dim), or its name without the
-        stage's namespace when the name does not say."""
+        stage's namespace when the name does not say. (Kernels of one stage that differ only in their
+        flags share it; see find_kernel.)"""
         if self.dtype is not None:
             return (self.dtype, self.head_dim)
         return (unqualified(self.name),)
 
     @property
     def label(self) -> str:
-        return "%s d%d" % (self.dtype, self.head_dim) if self.dtype else unqualified(self.name)[:40]
+        if not self.dtype:
+            return unqualified(self.name)[:40]
+        flags = "".join(str(f) for f in self.flags)
+        return "%s d%d%s" % (self.dtype, self.head_dim, " <%s>" % flags if flags else "")
 
 
 def count_opcode(opcodes: Counter, opcode: str) -> int:
@@ -256,11 +268,16 @@ def table_counts(instructions: list[Instruction]) -> Counter:
     return counts
 
 
-def find_kernel(kernels: list[Kernel], arch: str, dtype: str, head_dim: int) -> Kernel | None:
-    for k in kernels:
-        if k.arch == arch and k.dtype == dtype and k.head_dim == head_dim:
-            return k
-    return None
+def find_kernel(kernels: list[Kernel], arch: str, dtype: str, head_dim: int,
+                switches_on: bool = False) -> Kernel | None:
+    """The kernel of that architecture, dtype and head_dim; of several that differ in their flags,
+    the one with every feature switch off (the common case, comparable with a parent without them),
+    or with switches_on the one with every switch on."""
+    matches = [k for k in kernels if k.arch == arch and k.dtype == dtype and k.head_dim == head_dim]
+    if not matches:
+        return None
+    pick = max if switches_on else min
+    return pick(matches, key=lambda k: (sum(k.flags), k.flags))
 
 
 def library_of(build_dir: Path, stage: str) -> Path:

@@ -2,6 +2,7 @@
 """Static SASS instruction counts of every stage's attention kernel: the evidence tables in docs/.
 
     python3 tools/sass_counts.py [--build-dir build] [--arch sm_90] [--dtype fp16] [--head-dim 128] [--order]
+                                 [--switches-on]
 
 Reads the stage libraries a build left behind (libstage_NN_name.a, for every stage in
 stages/*/stage.json), disassembles them with cuobjdump -sass, picks the kernel for the dtype and
@@ -18,6 +19,9 @@ Columns: HMMA (mma.sync), LDSM (ldmatrix, all), LDSM.T (ldmatrix .trans), LDGSTS
 LDG/STS (stage 1's copies through registers), LDS (plain shared loads, not counting the
 `@!PT LDS RZ, [RZ]` that ptxas places before LDGSTS groups: predicated off, they never execute),
 MUFU.EX2, FMUL, FFMA, FADD, FMNMX, SHFL, F2FP (fp32 pairs -> 16 bit), BAR.SYNC, LDL/STL (spills).
+A stage with compile-time feature switches (stage.json "kernel_flags", e.g. stage 16's ALiBi) has
+one kernel per setting: the one with every switch off is counted, or with --switches-on the one
+with every switch on.
 
 The disassembly, the tool lookup and the counting are tools/sass.py's, shared with
 tests/check_sass.py and tools/gen_docs.py. Needs cuobjdump and nvdisasm (see tools/sass.py).
@@ -53,6 +57,8 @@ def main():
     p.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--order", action="store_true", help="also print the main loop's LDSM/HMMA/EX2/BAR order")
+    p.add_argument("--switches-on", action="store_true",
+                   help="count the kernels with every compile-time feature switch on (e.g. ALiBi)")
     args = p.parse_args()
     tools = sass.find_tools()
     if tools is None:
@@ -72,7 +78,8 @@ def main():
     print("%-*s" % (width, "stage / part") + "".join("%9s" % c for c in columns))
     usage, orders, seen = [], [], []
     for stage, lib in libraries:
-        kernel = sass.find_kernel(sass.disassemble(lib, tools), args.arch, args.dtype, args.head_dim)
+        kernel = sass.find_kernel(sass.disassemble(lib, tools), args.arch, args.dtype, args.head_dim,
+                                  args.switches_on)
         if kernel is None:
             print("%-*s no %s code for this kernel" % (width, stage, args.arch))
             continue
