@@ -1,20 +1,18 @@
-// Stage 21: a dynamic tile scheduler -- the persistent blocks take the next tile from a counter.
+// Stage 21: ping-pong -- the two consumer warpgroups take turns on the tensor cores.
 //
-// Stage 20 gave each persistent block a fixed list of tiles (blockIdx.x, + gridDim.x, ...). Every
-// tile is the same work, but the blocks do not run at the same speed, and over the ~250 tiles a
-// block does at S = 8192 they drift apart: the tiles in flight spread over many heads, each head's
-// K and V no longer stay in L2 while all of its query tiles read them, and the L2 hit rate fell
-// from 96% to 54% (DRAM reads 3.2 -> 60 GB; docs/evidence/hopper). Here a block's producer claims
-// its next tile with one atomicAdd on a counter in global memory as soon as it starts loading the
-// current one: tiles are handed out in order, to whichever block is ready first, so the tiles in
-// flight stay consecutive -- what the hardware's block scheduler did for stages up to 19 -- and
-// persistence keeps what it gained (the next tile's loads during this tile's end).
-//   * The producer passes the tile number to the consumers in shared memory, written before the Q
-//     copy's arrive on "Q full" (an mbarrier arrive releases the thread's earlier writes; the
-//     consumers' wait acquires them). When no tile is left it writes -1 and arrives without bytes.
-//   * The counter starts at 0 for every launch: the launcher takes 4 bytes with cudaMallocAsync
-//     on the launch's stream, clears them, and frees them after the kernel, so launches on
-//     different streams never share one.
+// In stage 20 both consumer warpgroups issue their GEMMs whenever they are ready, so most of the
+// time both have wgmmas in flight, sharing the tensor cores, and both run their softmax at about
+// the same time, when the tensor cores have less to do. Here the two take turns: a warpgroup waits
+// for its turn (a named barrier), issues the GEMMs of one step (S_j = Q K_j^T and P_{j-1} V_{j-1}),
+// and hands the turn to the other. The GEMMs of one run at full rate while the other runs its
+// softmax, and the two stay half a step apart:
+//     warpgroup 1:  [GEMMs j] softmax j        [GEMMs j+1] softmax j+1 ...
+//     warpgroup 2:            [GEMMs j] softmax j          [GEMMs j+1] ...
+// Two named barriers, one per warpgroup ("my turn"), of 256 threads: the warpgroup's own 128 wait
+// there (bar.sync), the other's 128 arrive (bar.arrive). Warpgroup 2 arrives once at the start so
+// that warpgroup 1 goes first; warpgroup 1 waits once more at the end for warpgroup 2's last
+// hand-over, which leaves both barriers as they started. The epilogue no longer synchronizes the
+// two warpgroups: each stages and writes its own 64 rows of O, behind a barrier of its own.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -50,11 +48,14 @@ constexpr int kConsumerThreads = kConsumerWarps * 32;
 static_assert(kConsumerWarpgroups == 2, "two consumer warpgroups of 64 rows");
 // Registers per thread after setmaxnreg: the block was launched with 65536 / kThreads (rounded down
 // to a multiple of 8: 168) each; what the producer returns, the consumers take.
-constexpr int kProducerRegisters = 40;  // 24 (stage 20) spills: the producer now also claims and passes tiles
-constexpr int kConsumerRegisters = 232;  // what the producer leaves: 128 x 40 + 256 x 232 = 65536
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) <= 65536,
               "the roles' registers fit the register file");
-constexpr int kConsumerBarrier = 1;  // named barrier id of the consumers (0 is __syncthreads')
+// Named barrier ids (0 is __syncthreads'): per consumer warpgroup c = 0, 1, its turn on the tensor
+// cores (kTurnBarrier + c, both warpgroups) and its epilogue (kEpilogueBarrier + c, its own warps).
+constexpr int kTurnBarrier = 1;
+constexpr int kEpilogueBarrier = 3;
 static_assert(kBlockKV % kWgmmaK == 0, "P V consumes keys 16 at a time");
 // Within its warpgroup's 64 rows, warp w holds rows 16w .. 16w+15 of every accumulator, and a
 // thread two of them: row lane/4 (entries 0, 1 of each n8 block) and row lane/4 + 8 (entries 2, 3);
@@ -95,8 +96,8 @@ struct SharedTiles {
   static constexpr uint32_t kKVBytes = kKVElems * sizeof(T);
   static constexpr int kBarriers = 2 + 4 * kStages;  // Q full, Q empty; K full, V full, K empty, V empty per slot
   static constexpr int kAlignSlack = kSwizzle128AtomBytes;
-  static constexpr size_t kBytes = 2 * kQBytes + 2 * kStages * kKVBytes + kBarriers * sizeof(uint64_t) +
-                                    sizeof(int) + kConsumerThreads * sizeof(float) + kAlignSlack;  // O is Q's size; then the tile number
+  static constexpr size_t kBytes =
+      2 * kQBytes + 2 * kStages * kKVBytes + kBarriers * sizeof(uint64_t) + kConsumerThreads * sizeof(float) + kAlignSlack;  // O is Q's size
   static_assert(kQBytes % kSwizzle128AtomBytes == 0 && kKVBytes % kSwizzle128AtomBytes == 0,
                 "every tile starts on a swizzle atom");
   static_assert(kQBytes == Cfg::kPanels * kQPanelBytes && kKVBytes == Cfg::kPanels * kKVPanelBytes,
@@ -111,7 +112,6 @@ struct SharedTiles {
   uint64_t* v_full;   // [kStages]
   uint64_t* k_empty;  // [kStages]
   uint64_t* v_empty;  // [kStages]
-  int* tile;          // the tile whose Q is in Q's tile (written by the producer), -1 when done
   float* softmax_fence;  // [kConsumerThreads]: see softmax_before_wait
   __device__ explicit SharedTiles(unsigned char* raw) {
     const uint32_t raw_address = smem_u32(raw);
@@ -124,8 +124,7 @@ struct SharedTiles {
     v_full = k_full + kStages;
     k_empty = v_full + kStages;
     v_empty = k_empty + kStages;
-    tile = reinterpret_cast<int*>(v_empty + kStages);
-    softmax_fence = reinterpret_cast<float*>(tile + 1);
+    softmax_fence = reinterpret_cast<float*>(v_empty + kStages);
   }
   __device__ T* k(int slot) const { return q + kQElems + slot * kKVElems; }
   __device__ T* v(int slot) const { return q + kQElems + (kStages + slot) * kKVElems; }
@@ -283,15 +282,17 @@ __device__ __forceinline__ void issue_pv(float (&o_acc)[Cfg::kDimTiles][4], cons
 }
 
 // ========================= normalize and write O ========================
-// Divide by the row sums, convert to 16 bits, stage the tile in shared memory (O's own tile, once
-// every consumer has written the previous tile's O out) and write it out in coalesced 16-byte chunks.
+// Divide by the row sums, convert to 16 bits, stage the warpgroup's 64 rows in shared memory (its
+// half of O's tile, once its warps have written the previous tile's rows out) and write them out
+// in coalesced 16-byte chunks. Only the warpgroup's own warps meet: the other runs on.
 template <typename Cfg>
 __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTiles][4], RowState& state,
                                                       typename Cfg::Elem* o_smem, typename Cfg::Elem* o_gmem,
-                                                      int64_t row_stride, int warpgroup_row0, int thread_in_warpgroup,
-                                                      int consumer_thread) {
+                                                      int64_t row_stride, int consumer_warpgroup,
+                                                      int thread_in_warpgroup) {
   using T = typename Cfg::Elem;
-  named_barrier_sync<kConsumerBarrier, kConsumerThreads>();  // the previous tile's O has left the staging tile
+  const int warpgroup_row0 = consumer_warpgroup * kWgmmaM;
+  named_barrier_sync<kWarpgroupThreads>(kEpilogueBarrier + consumer_warpgroup);  // the previous rows have left
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const float inv_sum = 1.0f / quad_allreduce_sum(state.sum[r]);
@@ -303,13 +304,13 @@ __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTi
           pack2<T>(o_acc[d][2 * r] * inv_sum, o_acc[d][2 * r + 1] * inv_sum);
     }
   }
-  named_barrier_sync<kConsumerBarrier, kConsumerThreads>();  // the whole O tile is staged
-  constexpr int kChunks = kBlockQ * Cfg::kChunksPerRow;
-  static_assert(kChunks % kConsumerThreads == 0, "every consumer thread copies the same number of chunks");
+  named_barrier_sync<kWarpgroupThreads>(kEpilogueBarrier + consumer_warpgroup);  // the 64 rows are staged
+  constexpr int kChunks = kWgmmaM * Cfg::kChunksPerRow;
+  static_assert(kChunks % kWarpgroupThreads == 0, "every thread copies the same number of chunks");
 #pragma unroll
-  for (int step = 0; step < kChunks / kConsumerThreads; ++step) {
-    const int i = step * kConsumerThreads + consumer_thread;
-    const int row = i / Cfg::kChunksPerRow;
+  for (int step = 0; step < kChunks / kWarpgroupThreads; ++step) {
+    const int i = step * kWarpgroupThreads + thread_in_warpgroup;
+    const int row = warpgroup_row0 + i / Cfg::kChunksPerRow;
     const int col = (i % Cfg::kChunksPerRow) * Cfg::kElemsPer16B;
     *reinterpret_cast<uint4*>(o_gmem + row * row_stride + col) =
         *reinterpret_cast<const uint4*>(o_smem + tile_offset(row, col, Cfg::kHeadDim));
@@ -318,7 +319,7 @@ __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTi
 
 // ================================ kernel ================================
 // Which (batch, head, query block) tile number `tile` is: query blocks fastest, so that tiles with
-// neighbouring numbers -- the ones in flight at one time -- share one head's K and V in L2.
+// neighbouring numbers share one head's K and V in L2.
 struct TileCoordinates {
   int q_block, head, batch;
 };
@@ -330,13 +331,11 @@ __device__ __forceinline__ TileCoordinates tile_coordinates(int64_t tile, int64_
 
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionParams p,
-                                                             const __grid_constant__ TensorMaps maps,
-                                                             int* tile_counter) {
+                                                             const __grid_constant__ TensorMaps maps) {
   using Cfg = Config<T, kHeadDim>;
 
   const int64_t num_q_blocks = p.seq_q / kBlockQ;
-  // Tile numbers fit an int: 2^31 tiles of 128 rows would be a Q of more than 2^38 rows.
-  const int num_tiles = static_cast<int>(num_q_blocks * p.heads * p.batch);
+  const int64_t num_tiles = num_q_blocks * p.heads * p.batch;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   SharedTiles<Cfg> smem(smem_raw);
@@ -371,16 +370,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
     setmaxnreg_dec<kProducerRegisters>();
     if (threadIdx.x == 0) {
       uint32_t position = 0;
-      int tile = blockIdx.x;  // a block's first tile is its own number; the later ones are claimed
-      for (int local_tile = 0;; ++local_tile) {
-        if (tile >= num_tiles) {  // none left: tell the consumers, once they are done with the last Q
-          if (local_tile > 0) mbarrier_wait(smem_u32(smem.q_empty), (local_tile - 1) % 2);
-          *smem.tile = -1;
-          mbarrier_arrive(smem_u32(smem.q_full));  // the phase completes: no bytes expected
-          break;
-        }
-        // Claim the next tile now; its number is needed only after this tile's loads are issued.
-        const int next_tile = gridDim.x + atomicAdd(tile_counter, 1);
+      int local_tile = 0;  // tiles this block has done
+      for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++local_tile) {
         const TileCoordinates at = tile_coordinates(tile, num_q_blocks, p.heads);
         for (int kv_block = 0; kv_block < num_kv_blocks; ++kv_block, ++position) {
           const int slot = slot_of(position);
@@ -389,23 +380,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
           // (use - 1) completed, parity (use - 1) % 2. K is released an iteration before V.
           if (use > 0) mbarrier_wait(smem_u32(&smem.k_empty[slot]), (use - 1) % 2);
           load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], kv_block * kBlockKV, at.head, at.batch);
-          if (kv_block == 0) {  // the tile's number and Q, once the previous tile's last S has read the old Q
+          if (kv_block == 0) {  // the tile's Q, once the previous tile's last S has read the old one
             if (local_tile > 0) mbarrier_wait(smem_u32(smem.q_empty), (local_tile - 1) % 2);
-            *smem.tile = tile;  // released to the consumers by load_tile's arrive on "Q full"
             load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, at.q_block * kBlockQ, at.head, at.batch);
           }
           if (use > 0) mbarrier_wait(smem_u32(&smem.v_empty[slot]), (use - 1) % 2);
           load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], kv_block * kBlockKV, at.head, at.batch);
         }
-        tile = next_tile;
       }
     }
   } else {
     // ---- consumers ----
     setmaxnreg_inc<kConsumerRegisters>();
-    const int consumer_thread = threadIdx.x - kWarpgroupThreads;
+    const int consumer_warpgroup = warpgroup - 1;  // 0 or 1
     const int thread_in_warpgroup = threadIdx.x % kWarpgroupThreads;
-    const int warpgroup_row0 = (warpgroup - 1) * kWgmmaM;
+    const int warpgroup_row0 = consumer_warpgroup * kWgmmaM;
     // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
     const uint32_t q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
     const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
@@ -417,11 +406,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
       if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(empty_barrier));
     };
 
+    // Turns on the tensor cores: wait for this warpgroup's, issue one step's GEMMs, hand the turn over.
+    const auto wait_turn = [&] { named_barrier_sync<kConsumerThreads>(kTurnBarrier + consumer_warpgroup); };
+    const auto pass_turn = [&] { named_barrier_arrive<kConsumerThreads>(kTurnBarrier + 1 - consumer_warpgroup); };
+    if (consumer_warpgroup == 1) pass_turn();  // warpgroup 0 goes first
+
     uint32_t first = 0;  // ring position of the tile's first K/V block
-    for (int local_tile = 0;; ++local_tile, first += num_kv_blocks) {
-      mbarrier_wait(smem_u32(smem.q_full), local_tile % 2);  // this tile's number, and its Q
-      const int tile = *static_cast<volatile int*>(smem.tile);
-      if (tile < 0) break;
+    int local_tile = 0;
+    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++local_tile, first += num_kv_blocks) {
       const TileCoordinates at = tile_coordinates(tile, num_q_blocks, p.heads);
       T* o_gmem = static_cast<T*>(p.o.data) + at.batch * p.o.batch_stride + at.head * p.o.head_stride +
                   static_cast<int64_t>(at.q_block) * kBlockQ * p.o.seq_stride;
@@ -432,9 +424,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
       // Block 0's scores, alone: there is no P V to overlap them with yet.
       float s_acc[Cfg::kKeyTiles][4];  // not cleared: the first wgmma of issue_scores overwrites it
       float correction[kRowsPerThread];
+      mbarrier_wait(smem_u32(smem.q_full), local_tile % 2);
       mbarrier_wait(smem_u32(&smem.k_full[slot_of(first)]), use_of(first) % 2);
       wgmma_fence();
+      wait_turn();
       issue_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot_of(first))));
+      pass_turn();
       wgmma_wait_group<0>();
       pin_registers(s_acc);  // nothing reads S before the wait
       release(&smem.k_empty[slot_of(first)]);
@@ -450,8 +445,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
         mbarrier_wait(smem_u32(&smem.k_full[slot]), use_of(position) % 2);
         mbarrier_wait(smem_u32(&smem.v_full[prev]), use_of(position - 1) % 2);
         wgmma_fence();
+        wait_turn();
         issue_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot)));  // S_j = Q K_j^T
         issue_pv<Cfg>(o_acc, p_frag, smem_u32(smem.v(prev)));              // O += P_{j-1} V_{j-1}
+        pass_turn();
 
         wgmma_wait_group<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
         pin_registers(s_acc);
@@ -474,15 +471,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
       pin_registers(p_frag);
       mbarrier_wait(smem_u32(&smem.v_full[slot_of(last)]), use_of(last) % 2);
       wgmma_fence();
+      wait_turn();
       issue_pv<Cfg>(o_acc, p_frag, smem_u32(smem.v(slot_of(last))));
+      pass_turn();
       wgmma_wait_group<0>();
       pin_registers(o_acc);
       pin_registers(p_frag);
       release(&smem.v_empty[slot_of(last)]);
 
-      normalize_and_write_o<Cfg>(o_acc, state, smem.o, o_gmem, p.o.seq_stride, warpgroup_row0, thread_in_warpgroup,
-                                 consumer_thread);
+      normalize_and_write_o<Cfg>(o_acc, state, smem.o, o_gmem, p.o.seq_stride, consumer_warpgroup,
+                                 thread_in_warpgroup);
     }
+    if (consumer_warpgroup == 0) wait_turn();  // warpgroup 1's last hand-over: both barriers as they started
   }
 }
 
@@ -537,19 +537,8 @@ Status launch_typed(const AttentionParams& params, cudaStream_t stream) {
   }
   const int64_t tiles = (params.seq_q / kBlockQ) * params.heads * params.batch;
   const int64_t blocks = tiles < sm_count ? tiles : sm_count;
-  // The tile counter: 4 bytes of this launch's own, in stream order (allocated, cleared, used, freed).
-  int* tile_counter = nullptr;
-  cudaError_t counter_status = cudaMallocAsync(&tile_counter, sizeof(int), stream);
-  if (counter_status == cudaSuccess) counter_status = cudaMemsetAsync(tile_counter, 0, sizeof(int), stream);
-  if (counter_status != cudaSuccess) {
-    if (tile_counter != nullptr) cudaFreeAsync(tile_counter, stream);
-    return Status::error(std::string(info.name) +
-                         ": cannot allocate the tile counter: " + cudaGetErrorString(counter_status));
-  }
-  kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes, stream>>>(params, maps, tile_counter);
-  const Status launched = launch_status(info.name);
-  cudaFreeAsync(tile_counter, stream);
-  return launched;
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes, stream>>>(params, maps);
+  return launch_status(info.name);
 }
 
 Status launch(const AttentionParams& params, cudaStream_t stream) {

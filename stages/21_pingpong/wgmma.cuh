@@ -26,7 +26,7 @@
 #include <cuda_fp16.h>
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "stage 21_tile_scheduler uses wgmma: build it for sm_90a only (CMakeLists.txt does, from its stage.json)"
+#error "stage 21_pingpong uses wgmma: build it for sm_90a only (CMakeLists.txt does, from its stage.json)"
 #endif
 
 namespace FA_STAGE_NAMESPACE {
