@@ -67,7 +67,7 @@ class Problem {
   explicit Problem(const ProblemConfig& config);
 
   const ProblemConfig& config() const { return config_; }
-  int64_t kv_heads() const { return config_.kv_heads > 0 ? config_.kv_heads : config_.heads; }
+  int64_t kv_heads() const { return config_.kv_heads == 0 ? config_.heads : config_.kv_heads; }
   float softmax_scale() const { return scale_; }
   AttentionParams params() const;
 

@@ -31,7 +31,8 @@ struct TensorView {
 
 // The optional fp32 log-sum-exp output, [batch, heads, seq_q] with the sequence contiguous:
 // lse[b, h, i] = log(sum over the keys j that query i sees of exp(softmax_scale * q_i . k_j)), the
-// natural log; -inf for a query that sees no key (the log of an empty sum). With it, attention over
+// natural log of the scores the softmax takes (with the ALiBi bias, when given); -inf for a query
+// that sees no key (the log of an empty sum). With it, attention over
 // disjoint key ranges can be merged exactly (split-KV decoding), and a backward pass can recompute P
 // without a second pass over the keys. Strides in elements (floats).
 struct LseOutput {

@@ -24,6 +24,9 @@
 #        hardening  tests/test_gpu_hardening "~[huge]"  (every group but the huge tensors)
 #        racecheck  scripts/sanitize.sh --tool racecheck on the stage's own runner (the runner's own
 #                   check without a sanitizer too, on a contiguous and on the mixed layout)
+#        any_length, causal, gqa, lse, alibi
+#                   tests/test_gpu_<check>: the general-attention tests, for a stage that declares
+#                   the feature (the mutants in tests/mutants/16_alibi/ are written for those)
 # Copying the whole build tree per mutant would not work: ninja keeps a hash of every command it
 # ran, and every command of a copy names other paths, so the copy would rebuild everything.
 #
@@ -34,7 +37,8 @@
 #   --stage NAME       the stage the mutants are written for                    [10_lane_addresses]
 #   --mutants DIR      the folder of *.patch files                                  [tests/mutants]
 #   --only A,B         only these mutants (file names without .patch)
-#   --checks LIST      comma list of stages, hardening, racecheck       [stages,hardening,racecheck]
+#   --checks LIST      comma list of stages, hardening, racecheck, any_length, causal, gqa, lse,
+#                      alibi                                            [stages,hardening,racecheck]
 #   --jobs N           mutants built and checked at once                          [number of cores]
 #   --timeout S        seconds per check program; a check that runs longer is killed, 10 s after
 #                      a TERM, and counts as a hang                                           [120]
@@ -109,9 +113,10 @@ done
 [[ $timeout_s =~ ^[1-9][0-9]*$ ]] || die 2 "--timeout must be a positive number of seconds"
 IFS=, read -r -a checks <<<"$checks_arg"
 ((${#checks[@]})) || die 2 "--checks is empty"
+general_checks=(any_length causal gqa lse alibi)
 for check in "${checks[@]}"; do
-  [[ $check == stages || $check == hardening || $check == racecheck ]] ||
-    die 2 "unknown check '$check' (known: stages, hardening, racecheck)"
+  [[ " stages hardening racecheck ${general_checks[*]} " == *" $check "* ]] ||
+    die 2 "unknown check '$check' (known: stages, hardening, racecheck, ${general_checks[*]})"
 done
 
 # Relative paths are the caller's; everything below uses absolute ones.
@@ -168,6 +173,7 @@ ninja_program=$(cache_value CMAKE_MAKE_PROGRAM)
 
 # The program each check runs: its ninja target, and its file name in a mutant's bin/ folder.
 declare -A program_of_check=([stages]=test_gpu_stages [hardening]=test_gpu_hardening [racecheck]=$stage)
+for check in "${general_checks[@]}"; do program_of_check[$check]=test_gpu_$check; done
 targets=()
 for check in "${checks[@]}"; do
   [[ " ${targets[*]} " == *" ${program_of_check[$check]} "* ]] || targets+=("${program_of_check[$check]}")
@@ -395,6 +401,7 @@ run_check() {
   case $check in
     stages) cmd=("$dir/bin/test_gpu_stages") ;;
     hardening) cmd=("$dir/bin/test_gpu_hardening" "~[huge]") ;;
+    any_length | causal | gqa | lse | alibi) cmd=("$dir/bin/test_gpu_$check") ;;
     racecheck)
       cmd=(bash "$src/scripts/sanitize.sh" --tool racecheck --stage "$stage" --fa-run "$dir/bin/$stage"
         --log-dir "$log_dir/$name.racecheck")

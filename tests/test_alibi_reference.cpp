@@ -8,9 +8,11 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/checker.h"
+#include "common/fragment_layout.h"
 #include "common/harness.h"
 #include "common/params.h"
 #include "common/reference.h"
@@ -213,4 +215,42 @@ TEST_CASE("alibi: only a stage that declares it accepts slopes; alignment, batch
     }
   }
   CHECK(declaring >= 1);
+}
+
+TEST_CASE("alibi: the kernel's distance of each accumulator entry is i + seq_kv - seq_q - j", "[alibi]") {
+  // Stage 16 computes, per thread and K/V block, the distance of its entry (m 0, n 0, e 0) and adds a
+  // compile-time constant per entry (add_alibi_bias). Here the same arithmetic, for every lane,
+  // warp, m-tile, key n-tile and entry of a few blocks, against the row and key the fragment layout
+  // says the entry holds.
+  constexpr int kBlockQ = 128, kBlockKV = 64, kRowsPerWarp = 32;
+  for (const auto& [seq_q, seq_kv] : {std::pair<int64_t, int64_t>{300, 333}, {333, 200}, {1, 1000}}) {
+    const int64_t diagonal_offset = seq_kv - seq_q;
+    for (int64_t q_block : {0, 2}) {
+      for (int warp = 0; warp < 4; ++warp) {
+        const int warp_row0 = warp * kRowsPerWarp;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int distance0 = static_cast<int>(q_block * kBlockQ + diagonal_offset) + warp_row0 +
+                                fa::mma_c_row(lane, 0) - fa::mma_c_col(lane, 0);
+          for (int kv_block : {0, 1, 4}) {
+            const float first_distance = static_cast<float>(distance0 - kv_block * kBlockKV);
+            for (int m = 0; m < 2; ++m)
+              for (int n = 0; n < 8; ++n)
+                for (int e = 0; e < 4; ++e) {
+                  const int offset = m * 16 + (fa::mma_c_row(0, e) - fa::mma_c_row(0, 0)) - n * 8 -
+                                     (fa::mma_c_col(0, e) - fa::mma_c_col(0, 0));
+                  const float distance = first_distance + static_cast<float>(offset);
+                  const int64_t row = q_block * kBlockQ + warp_row0 + m * 16 + fa::mma_c_row(lane, e);
+                  const int64_t key = int64_t{kv_block} * kBlockKV + n * 8 + fa::mma_c_col(lane, e);
+                  if (distance != static_cast<float>(row + diagonal_offset - key)) {
+                    FAIL("lane " << lane << ", warp " << warp << ", q_block " << q_block << ", kv_block "
+                                 << kv_block << ", m " << m << ", n " << n << ", e " << e << ": " << distance
+                                 << " != " << row + diagonal_offset - key);
+                  }
+                }
+          }
+        }
+      }
+    }
+  }
+  SUCCEED("every entry's distance matches");
 }

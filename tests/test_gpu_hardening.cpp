@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -859,6 +860,91 @@ TEST_CASE("determinism: bit-identical outputs across launches, with problems and
       }
     }
   }
+}
+
+// The general-attention features a stage declares (stage.json), all switched on in one problem:
+// causal, 4 query heads to 2 key/value heads, the LSE, ALiBi slopes per (batch, head).
+ProblemConfig with_declared_features(const StageInfo& stage, ProblemConfig c) {
+  c.causal = (stage.features & fa::kFeatureCausal) != 0;
+  if (stage.features & fa::kFeatureGqa) c.kv_heads = c.heads / 2;
+  c.lse = (stage.features & fa::kFeatureLse) != 0;
+  if (stage.features & fa::kFeatureAlibi) c.alibi = fa::AlibiKind::kPerBatchHead;
+  return c;
+}
+
+constexpr unsigned kGeneralFeatures =
+    fa::kFeatureCausal | fa::kFeatureGqa | fa::kFeatureLse | fa::kFeatureAlibi;
+
+TEST_CASE("general-attention features all on: checked, then bit-identical over launches (O and the LSE)",
+          "[gpu][hardening][determinism]") {
+  // Lengths that are not tile multiples, seq_q < seq_kv, the mixed layout (the LSE padded with
+  // poisoned gaps, the slopes with a NaN gap after every batch): the first launch is checked against
+  // the reference with every feature the stage declares, and two more must give the same bits,
+  // another problem's launch in between.
+  int tested = 0;
+  for (const StageInfo* stage : runnable_stages()) {
+    if ((stage->features & kGeneralFeatures) == 0) continue;
+    ++tested;
+    for (DType dtype : kDTypes) {
+      for (int head_dim : kHeadDims) {
+        ProblemConfig config = with_declared_features(*stage, shape(2, 4, 300, 333, dtype, head_dim, 113));
+        config.layout = fa::ProblemLayout::mixed();
+        Problem problem(config),
+            other(with_declared_features(*stage, shape(1, 4, 129, 65, dtype, head_dim, 114)));
+        INFO("stage " << stage->name << " | " << describe(config) << (config.causal ? ", causal" : "")
+                      << ", kv_heads " << problem.kv_heads() << (config.lse ? ", lse" : "")
+                      << (config.alibi != fa::AlibiKind::kNone ? ", alibi" : ""));
+        const fa::RunResult first = fa::run_and_check(*stage, problem);
+        INFO("first launch | " << describe(first) << " | lse: " << first.lse_check.summary());
+        REQUIRE(first.passed());
+        for (int round = 0; round < 2; ++round) {
+          REQUIRE(launch_and_download(*stage, other).status.ok());
+          const Launch again = launch_and_download(*stage, problem);
+          REQUIRE(again.status.ok());
+          CHECK(again.output.raw == first.output.raw);
+          if (config.lse) {
+            REQUIRE(again.lse.values.size() == first.lse.values.size());
+            CHECK(std::memcmp(again.lse.values.data(), first.lse.values.data(),
+                              first.lse.values.size() * sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  }
+  if (tested == 0) fa_test::skip("no stage under test declares causal, gqa, lse or alibi");
+}
+
+TEST_CASE(
+    "general-attention features all on: NaN in one K element reaches exactly the rows of its group "
+    "that see the key",
+    "[gpu][hardening][numerics][nonfinite]") {
+  // NaN in K[b 1, key 40, last key/value head, dim 7] makes that key's score NaN in every row that
+  // reads it, and so those rows' whole output and LSE: with GQA only the query heads of that
+  // key/value head's group, with causal masking only their rows that see key 40 (row s sees it
+  // where s + seq_kv - seq_q >= 40; the others mask the NaN score to -inf). The reference says
+  // exactly which, and the checker holds every element of O and the LSE to it. (NaN in V would not
+  // do: a masked key's V still enters P V as 0 * NaN, outside what the stages promise; page 13.)
+  int tested = 0;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const StageInfo* stage : runnable_stages()) {
+    if ((stage->features & kGeneralFeatures) == 0) continue;
+    ++tested;
+    for (DType dtype : kDTypes) {
+      for (int head_dim : kHeadDims) {
+        const ProblemConfig config =
+            with_declared_features(*stage, shape(2, 4, 200, 129, dtype, head_dim, 115));
+        Problem problem(config);
+        HostTensor k = problem.host_k();
+        k.set(1, 40, k.layout.heads - 1, 7, nan);
+        problem.set_inputs(problem.host_q(), k, problem.host_v());
+        const fa::RunResult run = fa::run_and_check(*stage, problem);
+        INFO("stage " << stage->name << " | " << describe(config) << " | " << describe(run)
+                      << " | lse: " << run.lse_check.summary());
+        CHECK(run.passed());
+      }
+    }
+  }
+  if (tested == 0) fa_test::skip("no stage under test declares causal, gqa, lse or alibi");
 }
 
 // ================================================================================================
