@@ -220,8 +220,10 @@ def resource_usage(library: Path, tools: Tools) -> dict[tuple[str, str], dict[st
 
 
 def main_loop(instructions: list[Instruction]) -> list[Instruction]:
-    """The main K/V loop, found without source-line information: the body of the longest backward
-    branch that contains an HMMA or HGMMA."""
+    """The main K/V loop, found without source-line information: the body of the innermost (shortest)
+    backward branch that contains an HMMA or HGMMA and no EXIT. Without the EXIT rule, ptxas's retry
+    paths of mbarrier waits (placed after the kernel's EXIT, branching back into the loop) would
+    pass for the loop; innermost, because a persistent kernel's tile loop contains the K/V loop."""
     best: list[Instruction] = []
     for branch in instructions:
         if branch.opcode.split(".")[0] != "BRA":
@@ -231,7 +233,9 @@ def main_loop(instructions: list[Instruction]) -> list[Instruction]:
             continue
         start = int(target.group(1), 16)
         body = [i for i in instructions if start <= i.address <= branch.address]
-        if any(i.opcode.startswith(("HMMA", "HGMMA")) for i in body) and len(body) > len(best):
+        if any(i.opcode == "EXIT" for i in body):
+            continue
+        if any(i.opcode.startswith(("HMMA", "HGMMA")) for i in body) and (not best or len(body) < len(best)):
             best = body
     return best
 
