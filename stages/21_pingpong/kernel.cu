@@ -6,11 +6,11 @@
 // for its turn (a named barrier), issues the GEMMs of one step (S_j = Q K_j^T and P_{j-1} V_{j-1}),
 // and hands the turn to the other. The GEMMs of one run at full rate while the other runs its
 // softmax, and the two stay half a step apart:
-//     warpgroup 1:  [GEMMs j] softmax j        [GEMMs j+1] softmax j+1 ...
-//     warpgroup 2:            [GEMMs j] softmax j          [GEMMs j+1] ...
+//     consumer 0:  [GEMMs j] softmax j        [GEMMs j+1] softmax j+1 ...
+//     consumer 1:            [GEMMs j] softmax j          [GEMMs j+1] ...
 // Two named barriers, one per warpgroup ("my turn"), of 256 threads: the warpgroup's own 128 wait
-// there (bar.sync), the other's 128 arrive (bar.arrive). Warpgroup 2 arrives once at the start so
-// that warpgroup 1 goes first; warpgroup 1 waits once more at the end for warpgroup 2's last
+// there (bar.sync), the other's 128 arrive (bar.arrive). Consumer warpgroup 1 arrives once at the
+// start so that consumer warpgroup 0 goes first; 0 waits once more at the end for 1's last
 // hand-over, which leaves both barriers as they started. The epilogue no longer synchronizes the
 // two warpgroups: each stages and writes its own 64 rows of O, behind a barrier of its own.
 #include <cuda_bf16.h>
