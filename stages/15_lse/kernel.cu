@@ -435,7 +435,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     cp_async_wait<1>();  // this block's V has landed; the next K may still be in flight
     __syncthreads();     // ... for every thread's copies
 
-    if (warp_sees_block) accumulate_pv<Cfg>(o_acc, s_acc, v_addr);
+    accumulate_pv<Cfg>(o_acc, s_acc, v_addr);  // P = 0 where the warp skipped S (see above)
     cp_async_wait<0>();  // the next K block has landed
     __syncthreads();     // ... for every thread, and every warp is done with V before it is overwritten
   }
