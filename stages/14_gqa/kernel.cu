@@ -365,12 +365,6 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
   const int64_t last_row_keys = q_block * kBlockQ + q_rows + diagonal_offset;
   const int64_t keys_seen = p.causal ? min(max(last_row_keys, int64_t{0}), p.seq_kv) : p.seq_kv;
   const int num_kv_blocks = static_cast<int>((keys_seen + kBlockKV - 1) / kBlockKV);
-  // The same count for this warp's 32 rows: in the last block the first warps may see none of the
-  // keys. The mask sets all their scores of that block to -inf, so the softmax gives them
-  // probabilities 0 and a correction of 1 -- nothing -- and they skip the block's MMAs.
-  const int64_t warp_last_row_keys = q_block * kBlockQ + warp_row0 + kRowsPerWarp + diagonal_offset;
-  const int64_t warp_keys_seen = p.causal ? min(max(warp_last_row_keys, int64_t{0}), p.seq_kv) : p.seq_kv;
-  const int warp_kv_blocks = static_cast<int>((warp_keys_seen + kBlockKV - 1) / kBlockKV);
   const auto keys_in_block = [&](int block) {
     return static_cast<int>(min(p.seq_kv - static_cast<int64_t>(block) * kBlockKV, int64_t{kBlockKV}));
   };
@@ -394,9 +388,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     v_gmem += kBlockKV * p.v.seq_stride;
     k_gmem += kBlockKV * p.k.seq_stride;
 
-    const bool warp_sees_block = kv_block < warp_kv_blocks;  // false only above the diagonal
     float s_acc[kMTiles][Cfg::kKeyTiles][4] = {};
-    if (warp_sees_block) compute_scores<Cfg>(s_acc, q_addr, k_addr);
+    compute_scores<Cfg>(s_acc, q_addr, k_addr);
     __syncthreads();  // every warp has read this K block: its buffer is free
 
     // The next K block lands while softmax and P V run. On the last block the group is empty, which
@@ -419,7 +412,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     cp_async_wait<1>();  // this block's V has landed; the next K may still be in flight
     __syncthreads();     // ... for every thread's copies
 
-    accumulate_pv<Cfg>(o_acc, s_acc, v_addr);  // P = 0 where the warp skipped S (see above)
+    accumulate_pv<Cfg>(o_acc, s_acc, v_addr);
     cp_async_wait<0>();  // the next K block has landed
     __syncthreads();     // ... for every thread, and every warp is done with V before it is overwritten
   }
