@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
 
       // One step: S_j with P_{j-1} V_{j-1}, then block j's softmax. The last block's step, the one
       // that may need the key mask, is a copy of its own after the loop: with the mask's branch
-      // inside the loop body, this kernel ran 1.5% (head_dim 128) to 5% (head_dim 64) slower at
+      // inside the loop body, this kernel ran 2% (head_dim 128) to 5% (head_dim 64) slower at
       // S = 1024 than stage 21, although the branch is never taken there (call 9).
       uint32_t p_frag[Cfg::kKeySteps][4];
       const auto step = [&](int kv_block, bool mask_keys) {
