@@ -381,7 +381,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
   init_row_state(state);
   const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
 
-  for (int kv_block = 0; kv_block < num_kv_blocks; ++kv_block) {
+  // One step of the loop over K/V: block kv_block's scores, softmax and P V. Only the steps that
+  // need it compile the mask in (`masked` is a constant at both calls): a mask behind a branch in
+  // the one loop, even never taken, makes ptxas schedule the whole loop worse (stage 22's page).
+  const auto step = [&](int kv_block, bool masked) {
     // This block's V lands while S = Q K^T runs. (The K block is already in shared memory.)
     copy_tile_to_smem<Cfg, kBlockKV>(smem.v, v_gmem, p.v.seq_stride, keys_in_block(kv_block));
     cp_async_commit();
@@ -398,15 +401,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
       copy_tile_to_smem<Cfg, kBlockKV>(smem.k, k_gmem, p.k.seq_stride, keys_in_block(kv_block + 1));
     cp_async_commit();
 
-    // Row i of the query block sees key j of this block where j <= i + diagonal; a block with
-    // diagonal >= kBlockKV - 1 is below it for every row (and so is every block without causal).
-    const int keys = keys_in_block(kv_block);
-    const int diagonal = p.causal ? static_cast<int>(min(q_block * kBlockQ + diagonal_offset -
-                                                             static_cast<int64_t>(kv_block) * kBlockKV,
-                                                         int64_t{kBlockKV}))
-                                  : kBlockKV;
-    if (keys < kBlockKV || diagonal < kBlockKV - 1)  // the last block and the diagonal's blocks only
-      mask_scores<Cfg>(s_acc, keys, diagonal, warp_row0, lane);
+    if (masked) {
+      // Row i of the query block sees key j of this block where j <= i + diagonal (kBlockKV: every
+      // key, as without causal), and only the keys below keys_in_block exist.
+      const int diagonal = p.causal ? static_cast<int>(min(q_block * kBlockQ + diagonal_offset -
+                                                               static_cast<int64_t>(kv_block) * kBlockKV,
+                                                           int64_t{kBlockKV}))
+                                    : kBlockKV;
+      mask_scores<Cfg>(s_acc, keys_in_block(kv_block), diagonal, warp_row0, lane);
+    }
     online_softmax_update<Cfg>(s_acc, o_acc, state, scale_log2);
 
     cp_async_wait<1>();  // this block's V has landed; the next K may still be in flight
@@ -415,7 +418,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     accumulate_pv<Cfg>(o_acc, s_acc, v_addr);
     cp_async_wait<0>();  // the next K block has landed
     __syncthreads();     // ... for every thread, and every warp is done with V before it is overwritten
-  }
+  };
+
+  // The blocks before unmasked_blocks are whole and below the diagonal for every row: the first row
+  // of the query block already sees all their keys. The rest -- under causal the blocks the diagonal
+  // crosses, and the last block if it is partial -- take the masked step.
+  const int64_t first_row_keys = p.causal ? max(q_block * kBlockQ + diagonal_offset + 1, int64_t{0}) : p.seq_kv;
+  const int unmasked_blocks = static_cast<int>(min(first_row_keys, p.seq_kv) / kBlockKV);
+  int kv_block = 0;
+  for (; kv_block < unmasked_blocks; ++kv_block) step(kv_block, false);
+  for (; kv_block < num_kv_blocks; ++kv_block) step(kv_block, true);
 
   normalize_and_write_o<Cfg>(o_acc, state, smem.q, o_gmem, p.o.seq_stride, q_rows, warp_row0, lane);
 }
