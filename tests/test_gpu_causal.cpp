@@ -9,7 +9,9 @@
 //   * a diagonal one key off: the same data puts each row's maximum on its diagonal key;
 //   * a row that sees no key (seq_q > seq_kv) must write exactly 0, not NaN (0 / 0) and not the
 //     poison: it is compared to 0 bit for bit, beyond the checker's tolerance;
-//   * a skipped block that should have been visited: the random cases check every row.
+//   * a skipped block that should have been visited: the random cases check every row;
+//   * a persistent schedule that loses its place over many tiles (wrong tile pairs, a Q barrier
+//     parity off after a tile without keys): batch 4 x 69 heads, 828 query tiles.
 // Every stage that does not declare causal must reject it with an error that says so and write
 // nothing. Without a GPU this program exits with 77 (skipped); without a stage under test
 // (FA_TEST_STAGES) that declares causal, its cases say so in a "SKIPPED:" line (tests/gpu_stages.h).
@@ -47,7 +49,8 @@ std::vector<const StageInfo*> causal_stages() {
 // Every causal stage on (seq_q, seq_kv) in fp16/bf16 x head_dim 64/128, in the contiguous and the
 // mixed layout. CHECK, not REQUIRE, so one run lists every failing configuration.
 void check_causal_stages(const std::string& scenario, int64_t seq_q, int64_t seq_kv,
-                         const fa_test::EditInputs& edit = nullptr) {
+                         const fa_test::EditInputs& edit = nullptr,
+                         const fa_test::Configure& configure = nullptr) {
   fa_test::check_general_stages(causal_stages(), scenario, seq_q, seq_kv, /*causal=*/true, edit,
                                 [&](const fa::RunResult& run) {
                                   // The rows that see no key (the first seq_q - seq_kv) hold exactly 0.
@@ -59,7 +62,8 @@ void check_causal_stages(const std::string& scenario, int64_t seq_q, int64_t seq
                                         for (int64_t d = 0; d < l.head_dim; ++d)
                                           nonzero += run.output.at(b, s, h, d) != 0.0f ? 1 : 0;
                                   CHECK(nonzero == 0);
-                                });
+                                },
+                                configure);
 }
 
 // Row i's scores are (j - i - seq_kv + seq_q) * softmax_scale exactly: 0 on its diagonal key, falling
@@ -110,6 +114,24 @@ TEST_CASE("causal: keys above the diagonal would take their rows if they leaked"
     check_causal_stages("scores rising past the diagonal, seq_q " + std::to_string(seq_q) + ", seq_kv " +
                             std::to_string(seq_kv),
                         seq_q, seq_kv, scores_rising_past_the_diagonal);
+}
+
+// Many tiles per persistent block. The shapes above have few query tiles (at most 18), so on a GPU
+// of 100 SMs or more a persistent stage (23_causal: tiles in pairs, one pair per block per turn)
+// gives each block one pair at most. Here batch 4 x 69 heads x 3 query tiles of 128 rows = 828
+// tiles, 414 pairs: each block takes several, the pairs straddle heads and batches (3 tiles per
+// head is odd), and with seq_q > seq_kv some tiles see no key and load no Q, so the Q barriers'
+// parity must count loads, not tiles, across many turns. The other causal stages run it too.
+TEST_CASE("causal: many tiles per block, odd tiles per head, tiles that see no key", "[gpu][causal]") {
+  const std::pair<int64_t, int64_t> pairs[] = {{300, 300}, {300, 429}, {429, 300}};
+  const fa_test::Configure many_tiles = [](ProblemConfig& config) {
+    config.batch = 4;
+    config.heads = 69;
+  };
+  for (const auto& [seq_q, seq_kv] : pairs)
+    check_causal_stages("batch 4, 69 heads, seq_q " + std::to_string(seq_q) + ", seq_kv " +
+                            std::to_string(seq_kv),
+                        seq_q, seq_kv, nullptr, many_tiles);
 }
 
 TEST_CASE("causal: a stage that does not declare it rejects it and writes nothing", "[gpu][causal]") {
