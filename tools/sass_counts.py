@@ -7,8 +7,8 @@
 Reads the stage libraries a build left behind (libstage_NN_name.a, for every stage in
 stages/*/stage.json), disassembles them with cuobjdump -sass, picks the kernel for the dtype and
 head_dim asked for, and counts opcodes twice: in the whole kernel, and in the main K/V loop. The
-main loop is found without source-line information: it is the longest backward branch whose body
-contains an HMMA or HGMMA. These are static counts (instructions in the code), not executed counts: the loop
+main loop is found without source-line information: it is the innermost backward branch whose body
+contains an HMMA or HGMMA and no EXIT (tools/sass.py, main_loop). These are static counts (instructions in the code), not executed counts: the loop
 body runs once per K/V block, the rest once per thread block. Resource usage (registers, stack,
 local memory) comes from cuobjdump -res-usage. --order also prints, per stage, the order of the
 main loop's ldmatrix, MMA, exp2 and barrier instructions as one line: L = LDSM, T = LDSM .trans,
@@ -72,7 +72,7 @@ def main():
         return 2
     print("# static SASS counts, %s, %s, head_dim %d; cuobjdump %s"
           % (args.arch, args.dtype, args.head_dim, tools.version()))
-    print("# 'loop' = main K/V loop body (longest backward branch containing HMMA), 'kernel' = whole kernel")
+    print("# 'loop' = main K/V loop body (innermost backward branch containing HMMA/HGMMA), 'kernel' = whole kernel")
     columns = sass.TABLE_COLUMNS + ["total"]
     width = 26
     print("%-*s" % (width, "stage / part") + "".join("%9s" % c for c in columns))
