@@ -33,6 +33,11 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME docs_cover_every_stage
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_docs_coverage.py)
   set_tests_properties(docs_cover_every_stage PROPERTIES LABELS "cpu;docs")
+
+  # tools/schedule_model.py: the static schedules' counts that the pages of stages 23 and 24 quote.
+  add_test(NAME test_schedule_model
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_schedule_model.py)
+  set_tests_properties(test_schedule_model PROPERTIES LABELS cpu)
 else()
   message(WARNING "python3 not found: the SASS and docs tests (tests/check_sass.py, tools/gen_docs.py, "
                   "tests/test_docs_coverage.py) are not registered")

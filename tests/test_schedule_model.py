@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""CPU test of tools/schedule_model.py, the replay of the persistent stages' static schedules that
+the pages of stages 23 and 24 quote. It checks the counts those pages print (busiest and mean K/V-block
+steps per SM, [16, S, 32, D], 132 SMs, Bc 128), a hand-countable small case, that every order covers
+every tile once, and that the script answers --help and refuses an unknown order.
+Exit codes: 0 pass, 1 fail.
+"""
+import contextlib
+import io
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+import schedule_model as sm  # noqa: E402
+
+failures = []
+
+
+def check(what, got, want):
+    if got != want:
+        failures.append("%s: got %r, want %r" % (what, got, want))
+
+
+def busiest(order, block_q, seq, causal=True):
+    mean, most, _ = sm.replay(order, block_q, 128, seq, seq, 16, 32, 132, causal)
+    return round(mean, 1), most
+
+
+# docs/stages/23_causal.md, "Why pairs": mean, round-robin's busiest, pairs' busiest.
+for seq, mean, rr, pairs in ((1024, 139.6, 192, 144), (2048, 527.5, 636, 544), (4096, 2048.0, 2280, 2079),
+                             (8192, 8067.9, 8592, 8125)):
+    check("page 23, S=%d round_robin" % seq, busiest("round_robin", 128, seq), (mean, rr))
+    check("page 23, S=%d longest_first" % seq, busiest("longest_first", 128, seq), (mean, rr))
+    check("page 23, S=%d pairs" % seq, busiest("pairs", 128, seq), (mean, pairs))
+
+# docs/stages/24_three_warpgroups.md, the causal table: 192-row tiles under stage 23's pairs.
+for seq, mean, most in ((1024, 124.1, 132), (2048, 391.8, 550), (4096, 1489.5, 1505), (8192, 5542.8, 5586)):
+    check("page 24, S=%d pairs, Br 192" % seq, busiest("pairs", 192, seq), (mean, most))
+# The odd-count fix (branch next/hopper-25-27, stage 25): S = 2048 from 550 to 418.
+check("pairs_odd, S=2048, Br 192", busiest("pairs_odd", 192, 2048), (391.8, 418))
+# Not causal, S = 1024: 3072 tiles of 192 rows (8 blocks each) on 132 SMs, the busiest takes 24 of them.
+check("not causal, S=1024, Br 192", sm.replay("round_robin", 192, 128, 1024, 1024, 16, 32, 132, False)[1], 24 * 8)
+
+# By hand: one head, S = 512, Br = Bc = 128, causal: tiles of 1, 2, 3, 4 blocks; 2 SMs.
+# round_robin: SM 0 gets tiles 0, 2 (1 + 3), SM 1 tiles 1, 3 (2 + 4); pairs (3, 0) and (2, 1): 5 each.
+check("hand, round_robin", sm.replay("round_robin", 128, 128, 512, 512, 1, 1, 2, True)[:2], (5.0, 6))
+check("hand, pairs", sm.replay("pairs", 128, 128, 512, 512, 1, 1, 2, True)[:2], (5.0, 5))
+
+# Every order visits every (head, query block) once.
+for order in sm.ORDERS:
+    for n in range(1, 14):
+        for heads in (1, 2, 3):
+            seen = sorted((bh, sm.query_block(order, k, n, bh)) for bh in range(heads) for k in range(n))
+            check("%s covers n=%d heads=%d" % (order, n, heads), seen,
+                  sorted((bh, q) for bh in range(heads) for q in range(n)))
+
+# The command line.
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        sm.main(["--help"])
+    except SystemExit as e:
+        check("--help exit", e.code, 0)
+if "pairs_odd" not in out.getvalue():
+    failures.append("--help does not list the orders")
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    try:
+        sm.main(["--orders", "spiral"])
+        failures.append("an unknown order was accepted")
+    except SystemExit as e:
+        check("unknown order exit", e.code, 2)
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    check("a table", sm.main(["--block-q", "192", "--seqs", "2048", "--orders", "pairs"]), 0)
+if "1.404" not in out.getvalue():
+    failures.append("the table lacks busiest/mean 1.404 for S=2048, Br 192, pairs:\n" + out.getvalue())
+
+for f in failures:
+    print("FAIL:", f)
+print("%s: %d failure(s)" % (pathlib.Path(__file__).name, len(failures)))
+sys.exit(1 if failures else 0)
