@@ -98,3 +98,38 @@ TEST_CASE("schedule: the turn property catches the order of stages 23 and 24") {
   // With an even count per head the old order was exact.
   CHECK(turn_spread(stage24_order, 2, 128, 128, 2048) == 0);
 }
+
+TEST_CASE("schedule: at head_dim 64 the launcher takes the tile that stages 23 and 24 measured faster") {
+  // [16, S, 32, 64] on 132 SMs (the H200), fp16, the 44db310 run and call 18 (docs/stages/24_three_warpgroups.md):
+  //   not causal: 128-row tiles (stage 23) faster at S = 1024, 192-row tiles (stage 24) at 2048, 4096, 8192;
+  //   causal: 128-row tiles faster at S = 1024 and 2048, 192-row tiles at 8192 (S = 4096 even: not asserted).
+  // And the GPT-2 call (batch 1, 9 tokens, 12 heads): one tile per SM, the 128-row tile is the cheaper step.
+  int stages_with_choice = 0;
+  for (int s = 0; s < schedules::kStageScheduleCount; ++s) {
+    const StageSchedule& stage = *schedules::kStageSchedules[s];
+    if (stage.three_warpgroups_faster == nullptr) continue;
+    ++stages_with_choice;
+    INFO("stage " << stage.stage);
+    const auto params = [](int64_t batch, int64_t heads, int64_t seq, bool causal) {
+      fa::AttentionParams p;
+      p.batch = batch;
+      p.heads = p.kv_heads = heads;
+      p.seq_q = p.seq_kv = seq;
+      p.head_dim = 64;
+      p.causal = causal;
+      return p;
+    };
+    const struct {
+      int64_t seq;
+      bool causal, three;
+    } expected[] = {{1024, false, false}, {2048, false, true}, {4096, false, true}, {8192, false, true},
+                    {1024, true, false},  {2048, true, false}, {8192, true, true}};
+    for (const auto& e : expected) {
+      INFO("S = " << e.seq << (e.causal ? ", causal" : ""));
+      CHECK(stage.three_warpgroups_faster(params(16, 32, e.seq, e.causal), 128, 132) == e.three);
+    }
+    CHECK_FALSE(stage.three_warpgroups_faster(params(1, 12, 9, true), 128, 132));
+    CHECK_FALSE(stage.three_warpgroups_faster(params(1, 12, 9, false), 128, 132));
+  }
+  if (stages_with_choice == 0) SUCCEED("no stage's schedule.h chooses the tile");
+}
