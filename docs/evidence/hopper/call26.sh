@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# NOT RUN YET: prepared in the seventh session. Call 26: the full benchmark's bf16 part (stages 1-28),
+# after call 24's tests passed and the stages were merged. Run as: REV=<commit> bash docs/evidence/hopper/call26.sh
+# (the device's copy of .git can be stale, so the revision is given). Two files come back: the part
+# CSV and the log, compressed (the device returns a limited number of files; call 22 lost its part).
+set -o pipefail
+export PYTHONUNBUFFERED=1
+: "${REV:?set REV to the commit under test}"
+T0=$(date +%s)
+FA_GIT_REV=$REV CMAKE_CUDA_ARCHITECTURES=90 timeout 560 bash scripts/run_all.sh --part --dtypes bf16 --feature-stages newest > /tmp/run_all_bf16.log 2>&1
+echo "run_all bf16 rc=$? $(( $(date +%s) - T0 ))s"
+cp plots/results/parts/part_bf16_d64_d128.csv $OUT/
+gzip -c /tmp/run_all_bf16.log > $OUT/run_all_bf16.log.gz
+grep -c PASS /tmp/run_all_bf16.log; grep -E "FAIL|measured" /tmp/run_all_bf16.log | tail -5
