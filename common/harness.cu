@@ -272,8 +272,9 @@ Timing time_stage(const StageInfo& stage, Problem& problem, int warmup, int reps
     ms[i] = elapsed;
   }
   for (auto& e : events) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
   Timing t;
+  t.launch_ms = ms;
+  std::sort(ms.begin(), ms.end());
   t.reps = reps;
   t.min_ms = ms.front();
   t.median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);

@@ -168,6 +168,7 @@ struct Timing {
   double median_ms = 0.0;
   double min_ms = 0.0;
   int reps = 0;
+  std::vector<double> launch_ms;  // each timed launch, in the order they ran (a drift shows here)
 };
 
 // Warm-up launches, then `reps` launches each timed by its own pair of CUDA events; median and min.

@@ -60,6 +60,7 @@ struct Options {
   std::string layout = "contiguous";
   int warmup = 5, reps = 20;
   bool time = true, list = false, json = false, help = false, causal = false, lse = false, alibi = false;
+  bool launch_times = false;
   std::string csv;
 };
 
@@ -110,6 +111,8 @@ void print_help() {
       "  --warmup N                 untimed launches before the timed ones           [%d]\n"
       "  --reps N                   timed launches (each with its own CUDA events);\n"
       "                             the median and the minimum are reported         [%d]\n"
+      "  --launch-times             after each timed result, every timed launch's ms in the\n"
+      "                             order they ran (a drift, e.g. of the clocks, shows there)\n"
       "  --no-time                  check only, time nothing\n"
       "  --csv FILE                 also write the results to FILE: a '# gpu=...' line, then\n"
       "                             impl,dtype,head_dim,batch,heads,causal,seq_q,seq_kv,median_ms,\n"
@@ -175,6 +178,8 @@ Options parse(int argc, char** argv) {
       o.csv = value();
     else if (arg == "--no-time")
       o.time = false;
+    else if (arg == "--launch-times")
+      o.launch_times = true;
     else if (arg == "--list")
       o.list = true;
     else if (arg == "--json")
@@ -416,6 +421,11 @@ int main(int argc, char** argv) {
                         stage->name, dtype_name(dtype), (long long)head_dim, (long long)config.batch,
                         (long long)config.heads, (long long)config.seq_q, (long long)config.seq_kv,
                         timing.median_ms, timing.min_ms, tflops, run.check.max_abs_err, run.check.rel_l2_err);
+            if (opt.launch_times) {
+              std::printf("  launch ms:");
+              for (double ms : timing.launch_ms) std::printf(" %.4g", ms);
+              std::printf("\n");
+            }
           } else {
             std::printf("%-18s %-5s %4lld %5lld %5lld %6lld %6lld %10s %10s %9s %11.3e %11.3e  %s\n",
                         stage->name, dtype_name(dtype), (long long)head_dim, (long long)config.batch,

@@ -76,6 +76,8 @@ def parse_args(argv):
     p.add_argument("--heads", type=int, default=32, help="heads (default 32)")
     p.add_argument("--warmup", type=int, default=5, help="untimed launches before timing (default 5)")
     p.add_argument("--reps", type=int, default=20, help="timed launches, each between its own CUDA events (default 20)")
+    p.add_argument("--launch-times", action="store_true",
+                   help="print every timed launch's ms in the order they ran (a drift, e.g. of the clocks, shows there)")
     p.add_argument("--backends", default=",".join(BACKENDS),
                    help="comma-separated subset of %s (default all)" % ",".join(BACKENDS))
     p.add_argument("--seed", type=int, default=1, help="seed of the random inputs (default 1)")
@@ -289,7 +291,7 @@ def check_output(torch, q, k, v, out_bhsd, causal, rows_per_head, seed):
 
 def time_backend(torch, backend, operands, options, warmup, reps):
     """Warm-up launches, then `reps` launches each between its own pair of CUDA events (as
-    fa::time_stage does); returns (median_ms, min_ms)."""
+    fa::time_stage does); returns (median_ms, min_ms, the launches' ms in the order they ran)."""
     from torch.nn.attention import sdpa_kernel
     qt, kt, vt = operands
     attention = torch.nn.functional.scaled_dot_product_attention
@@ -303,8 +305,9 @@ def time_backend(torch, backend, operands, options, warmup, reps):
             attention(qt, kt, vt, **options)
             ends[i].record()
     torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return median(times), times[0]
+    in_order = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    times = sorted(in_order)
+    return median(times), times[0], in_order
 
 
 def torch_header(torch):
@@ -407,7 +410,12 @@ def main(argv=None):
                         if not passed:
                             row["status"] = "FAIL: " + clean(summary)
                         else:
-                            median_ms, min_ms = time_backend(torch, backend, operands, options, args.warmup, args.reps)
+                            median_ms, min_ms, in_order = time_backend(torch, backend, operands, options,
+                                                                       args.warmup, args.reps)
+                            if args.launch_times:
+                                print("%s %s d%d S=%d%s launch ms: %s" % (
+                                    name, args.dtype, args.head_dim, seq, " causal" if causal else "",
+                                    " ".join("%.4g" % t for t in in_order)), flush=True)
                             flops = attention_flops(args.batch, args.heads, seq, seq, args.head_dim, causal)
                             row.update(median_ms="%.6g" % median_ms, min_ms="%.6g" % min_ms,
                                        tflops="%.6g" % (flops / (median_ms * 1e-3) / 1e12), status="PASS")
