@@ -23,7 +23,8 @@ A stage whose kernel has compile-time feature switches (bool template arguments 
 head_dim: attention_kernel<T, D, kAlibi>) names them in order in "sass": {"kernel_flags":
 ["alibi"]}; a check may then use each name as 0 or 1 for the kernel at hand ("not alibi or
 c('FFMA') >= p('FFMA') + 64"), and every kernel is compared with the parent's kernel of the same
-dtype and head_dim whose flags are equal, or the parent's only one where the parent has none.
+dtype and head_dim whose flags are the first of its own: equal, none (the parent's only one), or
+the parent's flags followed by those the stage adds (its kernel_flags then start with the parent's).
                                           LDL + STL per kernel at most this many on that
                                           architecture; an architecture not listed allows none
 
@@ -173,6 +174,10 @@ def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
         raise DeclarationError("%s: versus_parent checks, but no parent" % where)
     if stage.parent and stage.parent not in known:
         raise DeclarationError("%s: parent %r has no stages/%s/stage.json" % (where, stage.parent, stage.parent))
+    parent_flags = stages.load(stage.parent, stage.folder.parent).sass.get("kernel_flags", []) if stage.parent else []
+    if parent_flags and flag_names[:len(parent_flags)] != parent_flags:
+        raise DeclarationError("%s: sass.kernel_flags %s must start with the parent's %s (its kernels are compared "
+                               "with the parent's of the same first flags)" % (where, flag_names, parent_flags))
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or set(entry) != {"check", "why"} or not entry["why"].strip():
             raise DeclarationError("%s: versus_parent[%d] must be {\"check\": ..., \"why\": ...} with a why"
@@ -267,7 +272,7 @@ def compare_with_parent(decl: Declaration, kernel: sass.Kernel, parent_kernels: 
         not_evaluated.append("%s: %s has no %s code in this build" % (where, parent.name, arch))
         return []
     matches = [k for k in parent_kernels if k.arch == arch and k.instantiation == kernel.instantiation
-               and (k.flags == kernel.flags or not k.flags)]
+               and k.flags == kernel.flags[:len(k.flags)]]
     if not report.expect(len(matches) == 1, where):
         return ["versus %s: %d kernels of %s %s in the parent (need exactly one)"
                 % (parent.name, len(matches), arch, kernel.label)]

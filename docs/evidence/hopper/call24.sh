@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NOT RUN YET: prepared in the seventh session for the next one (branch next/hopper-25-27).
+# Prepared in the seventh session (branch next/hopper-25-27), run in the eighth (call24_tests_sanitize_time_25_28.txt).
 # Call 24: the first GPU run of stages 25-28: build everything, the GPU suites limited to 24-27
 # (stages, causal, any-length, GQA, LSE, hardening; the sanitizers over 25-27), then fa_run timing
 # of 23, 24, 25 causal at head_dim 64 (the prediction: 25 at S = 2048 about 1.32x stage 24) and of

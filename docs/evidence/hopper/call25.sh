@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NOT RUN YET: prepared in the seventh session. Call 25: the full benchmark's fp16 part (stages 1-28),
+# Prepared in the seventh session, run in the eighth at REV=0361214. Call 25: the full benchmark's fp16 part (stages 1-28),
 # after call 24's tests passed and the stages were merged. Run as: REV=<commit> bash docs/evidence/hopper/call25.sh
 # (the device's copy of .git can be stale, so the revision is given). Two files come back: the part
 # CSV and the log, compressed (the device returns a limited number of files; call 22 lost its part).
