@@ -34,6 +34,12 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_docs_coverage.py)
   set_tests_properties(docs_cover_every_stage PROPERTIES LABELS "cpu;docs")
 
+  # common/c_api.h through ctypes, as tools/interleaved.py uses it: the stage list, and the errors
+  # (an unknown stage, a call the launcher rejects) that must come back as messages, not crashes.
+  add_test(NAME test_c_api
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_c_api.py $<TARGET_FILE:fa_capi>)
+  set_tests_properties(test_c_api PROPERTIES LABELS cpu)
+
   # tools/schedule_model.py: the static schedules' counts that the pages of stages 23 and 24 quote.
   add_test(NAME test_schedule_model
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_schedule_model.py)

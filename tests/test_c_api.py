@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""common/c_api.h through ctypes (tools/fa_capi.py), on any machine: every call below is one that the
+library must refuse before touching the GPU, so no GPU is needed and none is used.
+
+    python3 tests/test_c_api.py build/libfa_capi.so
+
+Checks: the library lists exactly the stages of stages/*/stage.json, in order; its FaCapiParams has
+the size of the Python mirror; an unknown stage and a bad dtype come back as messages (codes 2 and
+1); and calls the launcher's validation rejects come back with its message naming the values the
+library read from the struct (kv_heads, heads, head_dim, the sizes, causal), so a field at the wrong
+offset in either copy of the struct shows. Exit 0 if all hold, 1 otherwise.
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from fa_capi import FaCapi, FaCapiError, FaCapiParams, FaCapiTensor  # noqa: E402
+
+failures = []
+
+
+def check(condition, what):
+    print("%s  %s" % ("ok  " if condition else "FAIL", what))
+    if not condition:
+        failures.append(what)
+
+
+def params(**fields):
+    """A call that is plausible but for the fields given; pointers are fake (never dereferenced:
+    every call here is rejected by validation first)."""
+    fake = FaCapiTensor(0x10000, 128 * 4 * 64, 4 * 64, 64)
+    p = FaCapiParams(q=fake, k=fake, v=fake, o=fake, dtype=0, causal=0, batch=2, heads=4, kv_heads=4,
+                     seq_q=128, seq_kv=128, head_dim=64, softmax_scale=0.125)
+    for name, value in fields.items():
+        setattr(p, name, value)
+    return p
+
+
+def rejected(lib, stage, p):
+    try:
+        lib.launch(stage, p)
+    except FaCapiError as e:
+        return str(e)
+    return None
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    lib = FaCapi(sys.argv[1])  # raises if the struct sizes differ
+    check(True, "FaCapiParams: %d bytes in the library and in tools/fa_capi.py" % lib.lib.fa_capi_params_size())
+    expected = sorted(p.parent.name for p in (ROOT / "stages").glob("*/stage.json"))
+    names = lib.stage_names()
+    check(names == expected, "the library has the %d stages of stages/*/stage.json, in order" % len(expected))
+    newest = names[-1]
+
+    message = rejected(lib, "99_no_such_stage", params())
+    check(message is not None and "no stage named '99_no_such_stage'" in message, "unknown stage: %r" % message)
+    message = rejected(lib, newest, params(dtype=7))
+    check(message is not None and "dtype must be 0 (fp16) or 1 (bf16)" in message, "bad dtype: %r" % message)
+    message = rejected(lib, newest, params(kv_heads=3))
+    check(message is not None and "kv_heads 3 must be at least 1 and divide heads 4" in message,
+          "kv_heads and heads read from the struct: %r" % message)
+    message = rejected(lib, newest, params(head_dim=96))
+    check(message is not None and "head_dim 96 is not supported" in message, "head_dim read: %r" % message)
+    message = rejected(lib, newest, params(batch=5, seq_q=0, seq_kv=7))
+    check(message is not None and "batch 5, heads 4, seq_q 0" in message and "seq_kv 7" in message,
+          "batch, seq_q, seq_kv read: %r" % message)
+    message = rejected(lib, names[0], params(causal=1))
+    check(message is not None and "causal masking is not supported" in message,
+          "causal read (%s does not declare it): %r" % (names[0], message))
+
+    print("%d check(s) failed" % len(failures) if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

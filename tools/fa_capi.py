@@ -1,0 +1,78 @@
+"""Python's side of common/c_api.h: the stages of build/libfa_capi.so, called through ctypes.
+
+    lib = FaCapi("build/libfa_capi.so")
+    lib.stage_names()                        # ["01_base", ..., "29_feature_switches"]
+    params = lib.params(q, k, v, o, causal=False)   # torch tensors [B, S, H, D], o written
+    lib.launch("29", params, stream)         # raises FaCapiError with the launcher's message
+
+The structs below mirror common/c_api.h field by field; tests/test_c_api.py holds the two to each
+other (sizes and a launch whose error message names the field it read).
+"""
+
+import ctypes
+import math
+
+
+class FaCapiTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64), ("seq_stride", ctypes.c_int64),
+                ("head_stride", ctypes.c_int64)]
+
+
+class FaCapiParams(ctypes.Structure):
+    _fields_ = [("q", FaCapiTensor), ("k", FaCapiTensor), ("v", FaCapiTensor), ("o", FaCapiTensor),
+                ("dtype", ctypes.c_int32), ("causal", ctypes.c_int32),
+                ("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
+                ("seq_q", ctypes.c_int64), ("seq_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+                ("softmax_scale", ctypes.c_float),
+                ("lse", ctypes.c_void_p), ("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64),
+                ("alibi", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64)]
+
+
+class FaCapiError(RuntimeError):
+    pass
+
+
+class FaCapi:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(str(path))
+        self.lib.fa_capi_params_size.restype = ctypes.c_int
+        if self.lib.fa_capi_params_size() != ctypes.sizeof(FaCapiParams):
+            raise FaCapiError("%s: FaCapiParams is %d bytes there and %d here: tools/fa_capi.py no longer mirrors "
+                              "common/c_api.h" % (path, self.lib.fa_capi_params_size(), ctypes.sizeof(FaCapiParams)))
+        self.lib.fa_capi_stage_count.restype = ctypes.c_int
+        self.lib.fa_capi_stage_name.restype = ctypes.c_char_p
+        self.lib.fa_capi_stage_name.argtypes = [ctypes.c_int]
+        self.lib.fa_capi_launch.restype = ctypes.c_int
+        self.lib.fa_capi_launch.argtypes = [ctypes.c_char_p, ctypes.POINTER(FaCapiParams), ctypes.c_void_p,
+                                            ctypes.c_char_p, ctypes.c_int]
+        self._message = ctypes.create_string_buffer(1024)
+
+    def stage_names(self):
+        return [self.lib.fa_capi_stage_name(i).decode() for i in range(self.lib.fa_capi_stage_count())]
+
+    def launch(self, stage, params, stream=None):
+        """Issues the launch (asynchronous, like the kernel). Raises FaCapiError if the stage rejected
+        the call (nothing was launched) or does not exist."""
+        code = self.lib.fa_capi_launch(stage.encode(), ctypes.byref(params), stream, self._message,
+                                       len(self._message))
+        if code != 0:
+            raise FaCapiError(self._message.value.decode(errors="replace"))  # it names the stage
+
+    @staticmethod
+    def tensor(t):
+        """A [batch, seq, heads, head_dim] torch tensor (or a view) as FaCapiTensor."""
+        return FaCapiTensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+
+    @staticmethod
+    def params(q, k, v, o, causal=False, softmax_scale=None):
+        """The call of one attention forward: q, o [B, Sq, H, D] and k, v [B, Skv, KVH, D] torch
+        tensors of one dtype (fp16 or bf16) on the GPU."""
+        import torch
+        dtype = {torch.float16: 0, torch.bfloat16: 1}[q.dtype]
+        batch, seq_q, heads, head_dim = q.shape
+        return FaCapiParams(
+            q=FaCapi.tensor(q), k=FaCapi.tensor(k), v=FaCapi.tensor(v), o=FaCapi.tensor(o),
+            dtype=dtype, causal=1 if causal else 0, batch=batch, heads=heads, kv_heads=k.shape[2],
+            seq_q=seq_q, seq_kv=k.shape[1], head_dim=head_dim,
+            softmax_scale=softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim),
+            lse=None, lse_batch_stride=0, lse_head_stride=0, alibi=None, alibi_batch_stride=0)

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Times stages and PyTorch's attention backends in one process, launch after launch, so that every
+implementation is timed under the same clocks (docs/benchmarking.md: the power cap inside a series).
+
+tools/bench.py times each implementation in a series of its own (5 warm-up, 20 timed launches), the
+stages in fa_run and the references minutes later in tools/torch_reference.py. On the H200 the
+board reaches its power limit within a tenth of a second of load and the clock drops by 6-7%, so a
+series that straddles the drop has a median that depends on where it started, and two series
+compare different clocks. Here the launches take turns instead: round r launches every
+implementation once, in an order rotated by r (so that none always follows the same one), each
+launch between its own pair of CUDA events. Launch i of one implementation and launch i of another
+run within a few milliseconds of each other, at the same clock.
+
+    cmake --build build --target fa_capi          # build/libfa_capi.so (common/c_api.h)
+    python3 tools/interleaved.py --stages 24,29 --dtype bf16 --head-dim 64 --seqs 4096
+
+Every implementation's output is checked first (tools/torch_reference.py's check_output, the rule
+of common/checker.h, on sampled rows); one that fails gets no time. Inputs are torch_reference's
+(same seeds), in the project's [batch, seq, heads, head_dim] layout; SDPA gets transposed views.
+Prints one table per case: median and minimum ms, TFLOP/s, and % of FA2 and of cuDNN (their median
+over this implementation's, and the same of the minima); --csv also writes the rows.
+"""
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch_reference as ref  # noqa: E402
+from cli_util import int_list  # noqa: E402
+from fa_capi import FaCapi, FaCapiError  # noqa: E402
+from results_csv import attention_flops  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="tools/interleaved.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lib", default=str(ROOT / "build" / "libfa_capi.so"), help="the C interface's library")
+    p.add_argument("--stages", required=True, help="comma-separated stage names or numbers")
+    p.add_argument("--references", default="fa2,cudnn", help="comma-separated subset of fa2,cudnn ('' for none)")
+    p.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--seqs", type=int_list, default=int_list("4096"), help="seq_q = seq_kv values")
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=0, help="K/V heads (default: --heads)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed rounds (each launches every implementation)")
+    p.add_argument("--reps", type=int, default=100, help="timed rounds")
+    p.add_argument("--check-rows", type=int, default=16)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--launch-times", action="store_true", help="print each implementation's launches in order")
+    p.add_argument("--csv", help="also write the rows here")
+    args = p.parse_args(argv)
+    args.kv_heads = args.kv_heads or args.heads
+    if args.warmup < 0 or args.reps < 1:
+        p.error("--warmup must be >= 0 and --reps >= 1")
+    return args
+
+
+def implementations(torch, lib, args, q, k, v, seq):
+    """[(name, kind, launch, status, max_abs_err)]: launch is None where the first call failed its
+    check or could not run (status says why)."""
+    out = []
+    stream = torch.cuda.current_stream().cuda_stream
+    for stage in args.stages.split(","):
+        o = torch.empty_like(q)
+        params = lib.params(q, k, v, o, causal=args.causal)
+        name = stage
+        try:
+            names = [n for n in lib.stage_names() if n == stage or n.split("_")[0] == stage]
+            name = names[0] if names else stage
+            lib.launch(stage, params, stream)
+            torch.cuda.synchronize()
+            passed, err, _, _, summary = ref.check_output(torch, q, k, v, o.transpose(1, 2), args.causal,
+                                                          args.check_rows, args.seed + seq)
+        except FaCapiError as e:
+            out.append((name, "stage", None, "ERROR: " + ref.clean(str(e)), None))
+            continue
+        launch = (lambda s=stage, p=params, o=o: lib.launch(s, p, stream))
+        out.append((name, "stage", launch if passed else None, "PASS" if passed else "FAIL: " + summary, err))
+    backends = ref.sdpa_backend_enums(torch, [r for r in args.references.split(",") if r])
+    options = ref.sdpa_options(args.heads, args.kv_heads, args.causal)
+    for name, backend in backends.items():
+        if isinstance(backend, str):
+            out.append((name, "reference", None, "unavailable: " + backend, None))
+            continue
+        operands = ref.sdpa_inputs(q, k, v, contiguous=False)
+        result, why = ref.first_call(torch, backend, operands, options)
+        if result is None:
+            out.append((name, "reference", None, why, None))
+            continue
+        passed, err, _, _, summary = ref.check_output(torch, q, k, v, result, args.causal, args.check_rows,
+                                                      args.seed + seq)
+
+        def launch(b=backend, ops=operands):
+            from torch.nn.attention import sdpa_kernel
+            with sdpa_kernel(b):
+                torch.nn.functional.scaled_dot_product_attention(*ops, **options)
+        out.append((name, "reference", launch if passed else None, "PASS" if passed else "FAIL: " + summary, err))
+    return out
+
+
+def time_interleaved(torch, timed, warmup, reps):
+    """{name: [ms of each launch, in order]}, the launches of all implementations taking turns."""
+    for _ in range(warmup):
+        for _, launch in timed:
+            launch()
+    events = {name: [] for name, _ in timed}
+    for r in range(reps):
+        shift = r % len(timed)
+        for name, launch in timed[shift:] + timed[:shift]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            launch()
+            end.record()
+            events[name].append((start, end))
+    torch.cuda.synchronize()
+    return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()}
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        import torch
+    except Exception as e:
+        print("interleaved.py: PyTorch is not importable (%s); nothing was timed." % e, file=sys.stderr)
+        return 3
+    if not torch.cuda.is_available():
+        print("interleaved.py: PyTorch sees no CUDA device; nothing was timed.", file=sys.stderr)
+        return 3
+    lib = FaCapi(args.lib)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    rows, failed = [], False
+    print("# gpu=%s; %s; method=interleaved: %d warm-up and %d timed rounds, every implementation once per round "
+          "in a rotating order, each launch between its own CUDA events" % (
+              torch.cuda.get_device_name(), "; ".join(ref.torch_header(torch)), args.warmup, args.reps))
+    for seq in args.seqs:
+        torch.manual_seed(args.seed * 1000003 + seq)  # torch_reference's inputs for this case
+        q = torch.randn((args.batch, seq, args.heads, args.head_dim), device="cuda", dtype=dtype)
+        k, v = (torch.randn((args.batch, seq, args.kv_heads, args.head_dim), device="cuda", dtype=dtype)
+                for _ in range(2))
+        impls = implementations(torch, lib, args, q, k, v, seq)
+        timed = [(name, launch) for name, _, launch, _, _ in impls if launch is not None]
+        times = time_interleaved(torch, timed, args.warmup, args.reps) if timed else {}
+        flops = attention_flops(args.batch, args.heads, seq, seq, args.head_dim, args.causal)
+        stats = {n: (statistics.median(t), min(t)) for n, t in times.items()}
+        print("\n%s, head_dim %d, [%d, %d, %d, %d]%s%s" % (
+            args.dtype, args.head_dim, args.batch, seq, args.heads, args.head_dim,
+            ", kv_heads %d" % args.kv_heads if args.kv_heads != args.heads else "", ", causal" if args.causal else ""))
+        print("%-22s %10s %10s %8s %13s %13s  %s" % ("impl", "median_ms", "min_ms", "TFLOP/s",
+                                                   "% FA2 med/min", "% cuDNN m/m", "status"))
+        for name, kind, launch, status, err in impls:
+            row = {"impl": name, "kind": kind, "dtype": args.dtype, "head_dim": args.head_dim, "batch": args.batch,
+                   "heads": args.heads, "kv_heads": args.kv_heads, "causal": int(args.causal), "seq_q": seq,
+                   "seq_kv": seq, "median_ms": "", "min_ms": "", "tflops": "", "pct_of_fa2": "", "pct_of_cudnn": "",
+                   "pct_of_fa2_min": "", "pct_of_cudnn_min": "",
+                   "max_abs_err": "" if err is None else "%.6g" % err, "status": status}
+            failed = failed or (kind == "stage" and status != "PASS")
+            if name in stats:
+                med, low = stats[name]
+                row.update(median_ms="%.6g" % med, min_ms="%.6g" % low, tflops="%.6g" % (flops / (med * 1e-3) / 1e12))
+                for r in ("fa2", "cudnn"):
+                    if r in stats:
+                        row["pct_of_%s" % r] = "%.2f" % (100 * stats[r][0] / med)
+                        row["pct_of_%s_min" % r] = "%.2f" % (100 * stats[r][1] / low)
+            def pct(key):
+                return "%.1f" % float(row[key]) if row[key] else "-"
+            print("%-22s %10s %10s %8s %6s/%-6s %6s/%-6s  %s" % (
+                name, row["median_ms"] or "-", row["min_ms"] or "-", "%.1f" % float(row["tflops"]) if row["tflops"] else "-",
+                pct("pct_of_fa2"), pct("pct_of_fa2_min"), pct("pct_of_cudnn"), pct("pct_of_cudnn_min"), status[:60]))
+            if args.launch_times and name in times:
+                print("  launch ms: " + " ".join("%.4g" % t for t in times[name]))
+            rows.append(row)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
