@@ -141,10 +141,7 @@ def main(argv=None):
           "in a rotating order, each launch between its own CUDA events" % (
               torch.cuda.get_device_name(), "; ".join(ref.torch_header(torch)), args.warmup, args.reps))
     for seq in args.seqs:
-        torch.manual_seed(args.seed * 1000003 + seq)  # torch_reference's inputs for this case
-        q = torch.randn((args.batch, seq, args.heads, args.head_dim), device="cuda", dtype=dtype)
-        k, v = (torch.randn((args.batch, seq, args.kv_heads, args.head_dim), device="cuda", dtype=dtype)
-                for _ in range(2))
+        q, k, v = ref.case_inputs(torch, args.seed, args.batch, seq, args.heads, args.kv_heads, args.head_dim, dtype)
         impls = implementations(torch, lib, args, q, k, v, seq)
         timed = [(name, launch) for name, _, launch, _, _ in impls if launch is not None]
         times = time_interleaved(torch, timed, args.warmup, args.reps) if timed else {}

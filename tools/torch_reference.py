@@ -212,6 +212,15 @@ def first_call(torch, backend, operands, options):
             return None, "unavailable: " + clean("; ".join(reasons) or str(e), 250)
 
 
+def case_inputs(torch, seed, batch, seq, heads, kv_heads, head_dim, dtype):
+    """A case's fresh seeded normal inputs, distinct for q, k and v, on the GPU: q [B, S, H, D], k and v
+    [B, S, KVH, D] (also tools/interleaved.py's, so that both check and time the same data)."""
+    torch.manual_seed(seed * 1000003 + seq)
+    q = torch.randn((batch, seq, heads, head_dim), device="cuda", dtype=dtype)
+    k, v = (torch.randn((batch, seq, kv_heads, head_dim), device="cuda", dtype=dtype) for _ in range(2))
+    return q, k, v
+
+
 def sampled_rows(torch, seq, count, seed):
     gen = torch.Generator().manual_seed(seed)
     picks = {0, seq - 1}
@@ -369,10 +378,7 @@ def main(argv=None):
         try:
             # Fresh normal inputs per case, distinct for q, k and v, in [B, S, H, D] ([B, S, KVH, D]
             # for k and v).
-            torch.manual_seed(args.seed * 1000003 + seq)
-            q = torch.randn((args.batch, seq, args.heads, args.head_dim), device="cuda", dtype=dtype)
-            k, v = (torch.randn((args.batch, seq, kv_heads, args.head_dim), device="cuda", dtype=dtype)
-                    for _ in range(2))
+            q, k, v = case_inputs(torch, args.seed, args.batch, seq, args.heads, kv_heads, args.head_dim, dtype)
         except Exception as e:
             for name in args.backends:
                 row = base_row(args, name, case)
