@@ -31,4 +31,19 @@ FA_HOST_DEVICE inline float exp2_approx(float x) {
 #endif
 }
 
+// Lazy rescaling (stage 30): the running max is raised -- and O and the row sum rescaled to it --
+// only when a block's max exceeds it by more than 2^kLazyRescaleLog2 in the exponent, i.e. when
+// (block_max - row_max) * scale_log2 > kLazyRescaleLog2. Below that the old max stays, and the
+// block's weights exp2(s * scale_log2 - row_max * scale_log2) are at most 2^kLazyRescaleLog2 = 256:
+// fp32 sums and O hold them, and so do the 16-bit P of P V (fp16 up to 65504, bf16 far more) with
+// the same relative rounding as weights below 1. The result is the same softmax: every weight, the
+// sum and O are relative to one max, whichever it is. A first block (row_max = -inf) and rows that
+// have seen only -inf (NaN difference) count as growing: they take the exact path.
+constexpr float kLazyRescaleLog2 = 8.0f;
+static_assert(kLazyRescaleLog2 <= 15.0f, "weights up to 2^threshold must fit fp16 P (largest finite 65504)");
+
+FA_HOST_DEVICE inline bool max_grows_too_far(float row_max, float block_max, float scale_log2) {
+  return !((block_max - row_max) * scale_log2 <= kLazyRescaleLog2);
+}
+
 }  // namespace fa

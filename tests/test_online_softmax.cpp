@@ -29,11 +29,20 @@ enum class SoftmaxForm {
   kFusedExp2,     // stages 7+: m on raw scores; p = exp2(s * scale*log2e - m * scale*log2e);
                   // per-lane partial row sums, added once at the end
   kNoRescale,     // a deliberately broken variant: forgets to rescale O and l when m grows
+  kLazyRescale,   // stage 30: kFusedExp2, but m (and with it O and l) moves only when a block's max
+                  // exceeds it by more than 2^kLazyRescaleLog2 in the exponent (fa::max_grows_too_far)
+};
+
+// What the lazy form did on a row: rescales taken and skipped, and its largest weight.
+struct LazyStats {
+  int taken = 0, skipped = 0;
+  double max_weight = 0.0;
 };
 
 // One query row, keys in blocks of `block_kv`, as the kernels do it.
 std::vector<double> online_softmax_row(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                                       int64_t s, double scale, int64_t block_kv, SoftmaxForm form) {
+                                       int64_t s, double scale, int64_t block_kv, SoftmaxForm form,
+                                       LazyStats* lazy = nullptr) {
   const double log2e = 1.0 / std::log(2.0);
   const double scale_log2 = scale * log2e;
   double row_max = -std::numeric_limits<double>::infinity();
@@ -48,14 +57,27 @@ std::vector<double> online_softmax_row(const HostTensor& q, const HostTensor& k,
       double dot = 0.0;
       for (int64_t d = 0; d < kDim; ++d)
         dot += static_cast<double>(q.at(0, s, 0, d)) * k.at(0, kv0 + j, 0, d);
-      scores[j] = form == SoftmaxForm::kFusedExp2 ? dot : dot * scale;
+      scores[j] = form == SoftmaxForm::kFusedExp2 || form == SoftmaxForm::kLazyRescale ? dot : dot * scale;
     }
     double block_max = -std::numeric_limits<double>::infinity();
     for (double x : scores) block_max = std::max(block_max, x);
-    const double new_max = std::max(row_max, block_max);
+    double new_max = std::max(row_max, block_max);
     double correction;
     std::vector<double> p(block_kv);
-    if (form == SoftmaxForm::kFusedExp2) {
+    if (form == SoftmaxForm::kLazyRescale) {
+      // The kernel's fp32 arithmetic, with the old max kept while the block's max stays within
+      // 2^kLazyRescaleLog2 of it (correction 1: nothing rescaled).
+      const float scale_log2_f = static_cast<float>(scale_log2);
+      const bool grows = fa::max_grows_too_far(static_cast<float>(row_max), static_cast<float>(block_max), scale_log2_f);
+      if (!grows) new_max = row_max;
+      const float max_scaled = fa::max_for_exp(static_cast<float>(new_max)) * scale_log2_f;
+      correction = grows ? fa::exp2_approx(static_cast<float>(row_max) * scale_log2_f - max_scaled) : 1.0;
+      for (int64_t j = 0; j < block_kv; ++j) {
+        p[j] = fa::exp2_approx(std::fma(static_cast<float>(scores[j]), scale_log2_f, -max_scaled));
+        if (lazy) lazy->max_weight = std::max(lazy->max_weight, p[j]);
+      }
+      if (lazy && kv0 > 0) ++(grows ? lazy->taken : lazy->skipped);
+    } else if (form == SoftmaxForm::kFusedExp2) {
       // The kernels' fp32 arithmetic: max_scaled = max_for_exp(new_max) * scale_log2, one FFMA and
       // one exp2_approx per score, the correction from the old max.
       const float scale_log2_f = static_cast<float>(scale_log2);
@@ -161,6 +183,45 @@ TEST_CASE("online softmax over K/V blocks equals plain softmax", "[softmax]") {
       }
     }
   }
+}
+
+// Stage 30's lazy rescaling gives the same softmax: the weights, the sum and O are relative to one
+// max, whichever it is, as long as no weight exceeds 2^kLazyRescaleLog2. Both paths must run for
+// the test to mean something: large logits make the max jump by more than the threshold (taken),
+// random ones let most blocks stay under it (skipped).
+TEST_CASE("lazy rescaling (stage 30) equals plain softmax, its weights at most 2^8", "[softmax]") {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+  LazyStats total;
+  for (float qk_std : {1.0f, 6.0f}) {
+    for (int64_t planted : {int64_t{-1}, int64_t{0}, kSeqKv - 1}) {
+      const Inputs in = make_inputs(11, qk_std, planted);
+      for (int64_t block_kv : {8, 16, 32, 64, 128}) {
+        for (int64_t s = 0; s < kSeqQ; ++s) {
+          INFO("std " << qk_std << ", planted " << planted << ", Bc " << block_kv << ", row " << s);
+          std::vector<double> reference(kDim);
+          fa::reference_row_fp64(in.q, in.k, in.v, 0, 0, s, scale, reference.data());
+          LazyStats stats;
+          const std::vector<double> lazy =
+              online_softmax_row(in.q, in.k, in.v, s, scale, block_kv, SoftmaxForm::kLazyRescale, &stats);
+          CHECK(max_rel_diff(lazy, reference) < 2e-6);
+          CHECK(stats.max_weight <= 256.0);  // 2^kLazyRescaleLog2: the bound the kernel's 16-bit P relies on
+          total.taken += stats.taken;
+          total.skipped += stats.skipped;
+        }
+      }
+    }
+  }
+  INFO("rescales after the first block: " << total.taken << " taken, " << total.skipped << " skipped");
+  CHECK(total.taken > 0);
+  CHECK(total.skipped > 0);
+  // The threshold itself: a jump of just under 2^8 keeps the max, just over moves it; -inf and NaN
+  // differences (a first block, rows that saw only -inf) take the exact path.
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK_FALSE(fa::max_grows_too_far(1.0f, 1.0f + 7.99f, 1.0f));
+  CHECK(fa::max_grows_too_far(1.0f, 1.0f + 8.01f, 1.0f));
+  CHECK_FALSE(fa::max_grows_too_far(5.0f, -3.0f, 1.0f));
+  CHECK(fa::max_grows_too_far(-inf, 0.5f, 0.18f));
+  CHECK(fa::max_grows_too_far(-inf, -inf, 0.18f));
 }
 
 TEST_CASE("without the rescale the model is wrong when the max arrives late (the test can fail)",
