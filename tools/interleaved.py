@@ -13,17 +13,24 @@ run within a few milliseconds of each other, at the same clock.
 
     cmake --build build --target fa_capi          # build/libfa_capi.so (common/c_api.h)
     python3 tools/interleaved.py --stages 24,29 --dtype bf16 --head-dim 64 --seqs 4096
+    python3 tools/interleaved.py --stages 17,21,24,30 --dtype fp16,bf16 --head-dim 64,128 \
+        --seqs 1024,2048,4096,8192 --csv interleaved.csv   # issue 11's headline shapes
 
 Every implementation's output is checked first (tools/torch_reference.py's check_output, the rule
 of common/checker.h, on sampled rows); one that fails gets no time. Inputs are torch_reference's
 (same seeds), in the project's [batch, seq, heads, head_dim] layout; SDPA gets transposed views.
 Prints one table per case: median and minimum ms, TFLOP/s, and % of FA2 and of cuDNN (their median
-over this implementation's, and the same of the minima); --csv also writes the rows.
+over this implementation's, and the same of the minima); --csv also writes the rows, after '#'
+header lines that say where and what was measured (GPU, driver, PyTorch, cuDNN, git revision from
+FA_GIT_REV or git, the command).
 """
 
 import argparse
 import csv
+import datetime
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,8 +50,8 @@ def parse_args(argv):
     p.add_argument("--lib", default=str(ROOT / "build" / "libfa_capi.so"), help="the C interface's library")
     p.add_argument("--stages", required=True, help="comma-separated stage names or numbers")
     p.add_argument("--references", default="fa2,cudnn", help="comma-separated subset of fa2,cudnn ('' for none)")
-    p.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
-    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--dtype", default="fp16", help="fp16, bf16 or both, comma-separated")
+    p.add_argument("--head-dim", type=int_list, default=int_list("128"), help="head dims, comma-separated")
     p.add_argument("--seqs", type=int_list, default=int_list("4096"), help="seq_q = seq_kv values")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--batch", type=int, default=16)
@@ -58,6 +65,9 @@ def parse_args(argv):
     p.add_argument("--csv", help="also write the rows here")
     args = p.parse_args(argv)
     args.kv_heads = args.kv_heads or args.heads
+    args.dtypes = [d for d in args.dtype.split(",") if d]
+    if not args.dtypes or any(d not in ("fp16", "bf16") for d in args.dtypes):
+        p.error("--dtype takes fp16, bf16 or fp16,bf16, not %r" % args.dtype)
     if args.warmup < 0 or args.reps < 1:
         p.error("--warmup must be >= 0 and --reps >= 1")
     return args
@@ -124,8 +134,91 @@ def time_interleaved(torch, timed, warmup, reps):
     return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()}
 
 
+def time_case(torch, lib, args, dtype_name, head_dim, seq):
+    """([row], failed) of one shape: checks, then interleaved timing, then its printed table."""
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+    rows, failed = [], False
+    q, k, v = ref.case_inputs(torch, args.seed, args.batch, seq, args.heads, args.kv_heads, head_dim, dtype)
+    impls = implementations(torch, lib, args, q, k, v, seq)
+    timed = [(name, launch) for name, _, launch, _, _ in impls if launch is not None]
+    times = time_interleaved(torch, timed, args.warmup, args.reps) if timed else {}
+    flops = attention_flops(args.batch, args.heads, seq, seq, head_dim, args.causal)
+    stats = {n: (statistics.median(t), min(t)) for n, t in times.items()}
+    print("\n%s, head_dim %d, [%d, %d, %d, %d]%s%s" % (
+        dtype_name, head_dim, args.batch, seq, args.heads, head_dim,
+        ", kv_heads %d" % args.kv_heads if args.kv_heads != args.heads else "", ", causal" if args.causal else ""))
+    print("%-22s %10s %10s %8s %13s %13s  %s" % ("impl", "median_ms", "min_ms", "TFLOP/s",
+                                               "% FA2 med/min", "% cuDNN m/m", "status"))
+    for name, kind, launch, status, err in impls:
+        row = {"impl": name, "kind": kind, "dtype": dtype_name, "head_dim": head_dim, "batch": args.batch,
+               "heads": args.heads, "kv_heads": args.kv_heads, "causal": int(args.causal), "seq_q": seq,
+               "seq_kv": seq, "median_ms": "", "min_ms": "", "tflops": "", "pct_of_fa2": "", "pct_of_cudnn": "",
+               "pct_of_fa2_min": "", "pct_of_cudnn_min": "",
+               "max_abs_err": "" if err is None else "%.6g" % err, "status": status}
+        failed = failed or (kind == "stage" and status != "PASS")
+        if name in stats:
+            med, low = stats[name]
+            row.update(median_ms="%.6g" % med, min_ms="%.6g" % low, tflops="%.6g" % (flops / (med * 1e-3) / 1e12))
+            for r in ("fa2", "cudnn"):
+                if r in stats:
+                    row["pct_of_%s" % r] = "%.2f" % (100 * stats[r][0] / med)
+                    row["pct_of_%s_min" % r] = "%.2f" % (100 * stats[r][1] / low)
+
+        def pct(key):
+            return "%.1f" % float(row[key]) if row[key] else "-"
+        print("%-22s %10s %10s %8s %6s/%-6s %6s/%-6s  %s" % (
+            name, row["median_ms"] or "-", row["min_ms"] or "-", "%.1f" % float(row["tflops"]) if row["tflops"] else "-",
+            pct("pct_of_fa2"), pct("pct_of_fa2_min"), pct("pct_of_cudnn"), pct("pct_of_cudnn_min"), status[:60]))
+        if args.launch_times and name in times:
+            print("  launch ms: " + " ".join("%.4g" % t for t in times[name]))
+        rows.append(row)
+    return rows, failed
+
+
+def git_revision():
+    """FA_GIT_REV if set (a copy of the tree without its .git), else git's short revision, else 'unknown'."""
+    if os.environ.get("FA_GIT_REV"):
+        return os.environ["FA_GIT_REV"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip() or "unknown"
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def driver_version():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=True).stdout
+        return out.strip().splitlines()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "unknown"
+
+
+def write_csv(path, header, args, rows):
+    """The rows, after '# key=value' lines: the GPU and software (torch_header), the driver, the date,
+    the git revision, the method and the command."""
+    facts = [field.split("=", 1) for field in header if "=" in field]
+    facts += [("driver", driver_version()),
+              ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")),
+              ("git", git_revision()),
+              ("method", "interleaved: %d warm-up and %d timed rounds, every implementation launched once per round "
+                         "in a rotating order, each launch between its own CUDA events; each output checked against "
+                         "fp64 attention on %d sampled rows first (no time if it fails)" % (
+                             args.warmup, args.reps, args.check_rows)),
+              ("command", args.command)]
+    with open(path, "w", newline="") as f:
+        for key, value in facts:
+            f.write("# %s=%s\n" % (key, value))
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["impl"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    args.command = "tools/interleaved.py " + " ".join(argv)
     try:
         import torch
     except Exception as e:
@@ -135,50 +228,19 @@ def main(argv=None):
         print("interleaved.py: PyTorch sees no CUDA device; nothing was timed.", file=sys.stderr)
         return 3
     lib = FaCapi(args.lib)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     rows, failed = [], False
-    print("# gpu=%s; %s; method=interleaved: %d warm-up and %d timed rounds, every implementation once per round "
+    header = ref.torch_header(torch)
+    print("# %s; method=interleaved: %d warm-up and %d timed rounds, every implementation once per round "
           "in a rotating order, each launch between its own CUDA events" % (
-              torch.cuda.get_device_name(), "; ".join(ref.torch_header(torch)), args.warmup, args.reps))
-    for seq in args.seqs:
-        q, k, v = ref.case_inputs(torch, args.seed, args.batch, seq, args.heads, args.kv_heads, args.head_dim, dtype)
-        impls = implementations(torch, lib, args, q, k, v, seq)
-        timed = [(name, launch) for name, _, launch, _, _ in impls if launch is not None]
-        times = time_interleaved(torch, timed, args.warmup, args.reps) if timed else {}
-        flops = attention_flops(args.batch, args.heads, seq, seq, args.head_dim, args.causal)
-        stats = {n: (statistics.median(t), min(t)) for n, t in times.items()}
-        print("\n%s, head_dim %d, [%d, %d, %d, %d]%s%s" % (
-            args.dtype, args.head_dim, args.batch, seq, args.heads, args.head_dim,
-            ", kv_heads %d" % args.kv_heads if args.kv_heads != args.heads else "", ", causal" if args.causal else ""))
-        print("%-22s %10s %10s %8s %13s %13s  %s" % ("impl", "median_ms", "min_ms", "TFLOP/s",
-                                                   "% FA2 med/min", "% cuDNN m/m", "status"))
-        for name, kind, launch, status, err in impls:
-            row = {"impl": name, "kind": kind, "dtype": args.dtype, "head_dim": args.head_dim, "batch": args.batch,
-                   "heads": args.heads, "kv_heads": args.kv_heads, "causal": int(args.causal), "seq_q": seq,
-                   "seq_kv": seq, "median_ms": "", "min_ms": "", "tflops": "", "pct_of_fa2": "", "pct_of_cudnn": "",
-                   "pct_of_fa2_min": "", "pct_of_cudnn_min": "",
-                   "max_abs_err": "" if err is None else "%.6g" % err, "status": status}
-            failed = failed or (kind == "stage" and status != "PASS")
-            if name in stats:
-                med, low = stats[name]
-                row.update(median_ms="%.6g" % med, min_ms="%.6g" % low, tflops="%.6g" % (flops / (med * 1e-3) / 1e12))
-                for r in ("fa2", "cudnn"):
-                    if r in stats:
-                        row["pct_of_%s" % r] = "%.2f" % (100 * stats[r][0] / med)
-                        row["pct_of_%s_min" % r] = "%.2f" % (100 * stats[r][1] / low)
-            def pct(key):
-                return "%.1f" % float(row[key]) if row[key] else "-"
-            print("%-22s %10s %10s %8s %6s/%-6s %6s/%-6s  %s" % (
-                name, row["median_ms"] or "-", row["min_ms"] or "-", "%.1f" % float(row["tflops"]) if row["tflops"] else "-",
-                pct("pct_of_fa2"), pct("pct_of_fa2_min"), pct("pct_of_cudnn"), pct("pct_of_cudnn_min"), status[:60]))
-            if args.launch_times and name in times:
-                print("  launch ms: " + " ".join("%.4g" % t for t in times[name]))
-            rows.append(row)
+              "; ".join(header), args.warmup, args.reps))  # torch_header names the GPU
+    for dtype_name in args.dtypes:
+        for head_dim in args.head_dim:
+            for seq in args.seqs:
+                case_rows, case_failed = time_case(torch, lib, args, dtype_name, head_dim, seq)
+                rows += case_rows
+                failed = failed or case_failed
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.csv, header, args, rows)
     return 1 if failed else 0
 
 
