@@ -28,16 +28,14 @@ FA_GIT_REV or git, the command).
 import argparse
 import csv
 import datetime
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch_reference as ref  # noqa: E402
-from cli_util import int_list  # noqa: E402
+from cli_util import git_revision, int_list, nvidia_smi_query  # noqa: E402
 from fa_capi import FaCapi, FaCapiError  # noqa: E402
 from results_csv import attention_flops  # noqa: E402
 
@@ -175,31 +173,11 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq):
     return rows, failed
 
 
-def git_revision():
-    """FA_GIT_REV if set (a copy of the tree without its .git), else git's short revision, else 'unknown'."""
-    if os.environ.get("FA_GIT_REV"):
-        return os.environ["FA_GIT_REV"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip() or "unknown"
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def driver_version():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, check=True).stdout
-        return out.strip().splitlines()[0]
-    except (OSError, subprocess.CalledProcessError, IndexError):
-        return "unknown"
-
-
 def write_csv(path, header, args, rows):
     """The rows, after '# key=value' lines: the GPU and software (torch_header), the driver, the date,
     the git revision, the method and the command."""
     facts = [field.split("=", 1) for field in header if "=" in field]
-    facts += [("driver", driver_version()),
+    facts += [("driver", nvidia_smi_query().get("driver", "unknown")),
               ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")),
               ("git", git_revision()),
               ("method", "interleaved: %d warm-up and %d timed rounds, every implementation launched once per round "
