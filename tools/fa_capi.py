@@ -64,9 +64,10 @@ class FaCapi:
         return FaCapiTensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
 
     @staticmethod
-    def params(q, k, v, o, causal=False, softmax_scale=None):
+    def params(q, k, v, o, causal=False, softmax_scale=None, alibi=None):
         """The call of one attention forward: q, o [B, Sq, H, D] and k, v [B, Skv, KVH, D] torch
-        tensors of one dtype (fp16 or bf16) on the GPU."""
+        tensors of one dtype (fp16 or bf16) on the GPU; alibi: None or an fp32 [H] tensor on the GPU,
+        one slope per head shared by the batch (the caller keeps it alive while it is used)."""
         import torch
         dtype = {torch.float16: 0, torch.bfloat16: 1}[q.dtype]
         batch, seq_q, heads, head_dim = q.shape
@@ -75,4 +76,5 @@ class FaCapi:
             dtype=dtype, causal=1 if causal else 0, batch=batch, heads=heads, kv_heads=k.shape[2],
             seq_q=seq_q, seq_kv=k.shape[1], head_dim=head_dim,
             softmax_scale=softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim),
-            lse=None, lse_batch_stride=0, lse_head_stride=0, alibi=None, alibi_batch_stride=0)
+            lse=None, lse_batch_stride=0, lse_head_stride=0,
+            alibi=None if alibi is None else alibi.data_ptr(), alibi_batch_stride=0)

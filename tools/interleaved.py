@@ -23,6 +23,10 @@ Prints one table per case: median and minimum ms, TFLOP/s, and % of FA2 and of c
 over this implementation's, and the same of the minima); --csv also writes the rows, after '#'
 header lines that say where and what was measured (GPU, driver, PyTorch, cuDNN, git revision from
 FA_GIT_REV or git, the command).
+
+PyTorch's fused backends take no ALiBi, so --alibi compares each stage with itself: every stage runs
+twice per round, without and with FlashAttention's geometric slopes (the second checked against
+fp64 attention with the bias), and a line per stage gives the slopes' cost in the same rounds.
 """
 
 import argparse
@@ -55,6 +59,8 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=0, help="K/V heads (default: --heads)")
+    p.add_argument("--alibi", action="store_true",
+                   help="also time each stage with ALiBi slopes (<stage>+alibi; the references take none)")
     p.add_argument("--warmup", type=int, default=10, help="untimed rounds (each launches every implementation)")
     p.add_argument("--reps", type=int, default=100, help="timed rounds")
     p.add_argument("--check-rows", type=int, default=16)
@@ -76,22 +82,29 @@ def implementations(torch, lib, args, q, k, v, seq):
     check or could not run (status says why)."""
     out = []
     stream = torch.cuda.current_stream().cuda_stream
+    # --alibi: each stage also with ALiBi slopes, FlashAttention's geometric 2^(-8 (h + 1) / heads)
+    # per head (as fa_run --alibi), named <stage>+alibi.
+    slopes = [2.0 ** (-8.0 * (h + 1) / args.heads) for h in range(args.heads)]
+    slopes_gpu = torch.tensor(slopes, dtype=torch.float32, device=q.device)
+    variants = [("", None)] + ([("+alibi", slopes_gpu)] if args.alibi else [])
     for stage in args.stages.split(","):
-        o = torch.empty_like(q)
-        params = lib.params(q, k, v, o, causal=args.causal)
-        name = stage
-        try:
-            names = [n for n in lib.stage_names() if n == stage or n.split("_")[0] == stage]
-            name = names[0] if names else stage
-            lib.launch(stage, params, stream)
-            torch.cuda.synchronize()
-            passed, err, _, _, summary = ref.check_output(torch, q, k, v, o.transpose(1, 2), args.causal,
-                                                          args.check_rows, args.seed + seq)
-        except FaCapiError as e:
-            out.append((name, "stage", None, "ERROR: " + ref.clean(str(e)), None))
-            continue
-        launch = (lambda s=stage, p=params, o=o: lib.launch(s, p, stream))
-        out.append((name, "stage", launch if passed else None, "PASS" if passed else "FAIL: " + summary, err))
+        names = [n for n in lib.stage_names() if n == stage or n.split("_")[0] == stage]
+        for suffix, alibi in variants:
+            o = torch.empty_like(q)
+            params = lib.params(q, k, v, o, causal=args.causal, alibi=alibi)
+            name = (names[0] if names else stage) + suffix
+            try:
+                lib.launch(stage, params, stream)
+                torch.cuda.synchronize()
+                passed, err, _, _, summary = ref.check_output(torch, q, k, v, o.transpose(1, 2), args.causal,
+                                                              args.check_rows, args.seed + seq,
+                                                              alibi_slopes=slopes if alibi is not None else None)
+            except FaCapiError as e:
+                out.append((name, "stage", None, "ERROR: " + ref.clean(str(e)), None))
+                continue
+            # The launch keeps its output and slopes alive through its default arguments.
+            launch = (lambda s=stage, p=params, o=o, a=alibi: lib.launch(s, p, stream))
+            out.append((name, "stage", launch if passed else None, "PASS" if passed else "FAIL: " + summary, err))
     backends = ref.sdpa_backend_enums(torch, [r for r in args.references.split(",") if r])
     options = ref.sdpa_options(args.heads, args.kv_heads, args.causal)
     for name, backend in backends.items():
@@ -145,11 +158,12 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq):
     print("\n%s, head_dim %d, [%d, %d, %d, %d]%s%s" % (
         dtype_name, head_dim, args.batch, seq, args.heads, head_dim,
         ", kv_heads %d" % args.kv_heads if args.kv_heads != args.heads else "", ", causal" if args.causal else ""))
-    print("%-22s %10s %10s %8s %13s %13s  %s" % ("impl", "median_ms", "min_ms", "TFLOP/s",
+    print("%-26s %10s %10s %8s %13s %13s  %s" % ("impl", "median_ms", "min_ms", "TFLOP/s",
                                                "% FA2 med/min", "% cuDNN m/m", "status"))
     for name, kind, launch, status, err in impls:
         row = {"impl": name, "kind": kind, "dtype": dtype_name, "head_dim": head_dim, "batch": args.batch,
-               "heads": args.heads, "kv_heads": args.kv_heads, "causal": int(args.causal), "seq_q": seq,
+               "heads": args.heads, "kv_heads": args.kv_heads, "causal": int(args.causal),
+               "alibi": int(name.endswith("+alibi")), "seq_q": seq,
                "seq_kv": seq, "median_ms": "", "min_ms": "", "tflops": "", "pct_of_fa2": "", "pct_of_cudnn": "",
                "pct_of_fa2_min": "", "pct_of_cudnn_min": "",
                "max_abs_err": "" if err is None else "%.6g" % err, "status": status}
@@ -164,12 +178,17 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq):
 
         def pct(key):
             return "%.1f" % float(row[key]) if row[key] else "-"
-        print("%-22s %10s %10s %8s %6s/%-6s %6s/%-6s  %s" % (
+        print("%-26s %10s %10s %8s %6s/%-6s %6s/%-6s  %s" % (
             name, row["median_ms"] or "-", row["min_ms"] or "-", "%.1f" % float(row["tflops"]) if row["tflops"] else "-",
             pct("pct_of_fa2"), pct("pct_of_fa2_min"), pct("pct_of_cudnn"), pct("pct_of_cudnn_min"), status[:60]))
         if args.launch_times and name in times:
             print("  launch ms: " + " ".join("%.4g" % t for t in times[name]))
         rows.append(row)
+    if args.alibi:  # the cost of the slopes: each stage against itself without them, same rounds
+        for name in [n for n in stats if n + "+alibi" in stats]:
+            with_alibi = stats[name + "+alibi"]
+            print("%-26s ALiBi costs %+.1f%% (medians), %+.1f%% (minima)" % (
+                name, 100 * (with_alibi[0] / stats[name][0] - 1), 100 * (with_alibi[1] / stats[name][1] - 1)))
     return rows, failed
 
 

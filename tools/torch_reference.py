@@ -229,19 +229,26 @@ def sampled_rows(torch, seq, count, seed):
     return sorted(picks)
 
 
-def check_output(torch, q, k, v, out_bhsd, causal, rows_per_head, seed):
+def check_output(torch, q, k, v, out_bhsd, causal, rows_per_head, seed, alibi_slopes=None):
     """FlashAttention's tolerance rule on sampled rows of every (batch, head); see the module doc.
     q is [B, Sq, H, D]; k and v are [B, Skv, KVH, D], query head h reading K/V head h / (H / KVH);
-    causal: query i sees keys j <= i + Skv - Sq (bottom-right; top-left too where Sq = Skv)."""
+    causal: query i sees keys j <= i + Skv - Sq (bottom-right; top-left too where Sq = Skv);
+    alibi_slopes: None, or one slope per head (a sequence of H floats, shared by the batch), whose
+    -slope * |i + Skv - Sq - j| is added to the scaled score (FlashAttention-2's alibi_slopes)."""
     batch, seq_q, heads, head_dim = q.shape
     seq_kv, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads
     scale = 1.0 / math.sqrt(head_dim)  # SDPA's default, as the C++ harness's
     rows = torch.tensor(sampled_rows(torch, seq_q, rows_per_head, seed), device=q.device)
     masked = None
+    keys = torch.arange(seq_kv, device=q.device)
     if causal:
-        keys = torch.arange(seq_kv, device=q.device)
         masked = keys[None, :] > rows[:, None] + (seq_kv - seq_q)          # [R, Skv]
+    bias = None
+    if alibi_slopes is not None:
+        distance = (rows[:, None] + (seq_kv - seq_q) - keys[None, :]).abs().double()  # [R, Skv]
+        slopes = torch.tensor([float(x) for x in alibi_slopes], dtype=torch.float64, device=q.device)
+        bias = -slopes[:, None, None] * distance[None]                   # [H, R, Skv]
     max_abs_err = baseline_max_abs_err = max_tolerance = 0.0
     err_sq = ref_sq = 0.0
     all_within = True
@@ -257,6 +264,8 @@ def check_output(torch, q, k, v, out_bhsd, causal, rows_per_head, seed):
         k_b = k[b].permute(1, 0, 2).double().repeat_interleave(group, dim=0)
         v_b = v[b].permute(1, 0, 2).double().repeat_interleave(group, dim=0)
         scores = torch.matmul(q_rows, k_b.transpose(1, 2)) * scale      # [H, R, Skv], fp64
+        if bias is not None:
+            scores = scores + bias
         if masked is not None:
             scores = scores.masked_fill(masked, -math.inf)
         ref = torch.matmul(torch.softmax(scores, dim=-1), v_b)          # [H, R, D], fp64
