@@ -34,6 +34,7 @@ import csv
 import datetime
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch_reference as ref  # noqa: E402
 from cli_util import git_revision, int_list, nvidia_smi_query  # noqa: E402
 from fa_capi import FaCapi, FaCapiError  # noqa: E402
+from nvml import Nvml, NvmlError  # noqa: E402
 from results_csv import attention_flops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +68,13 @@ def parse_args(argv):
     p.add_argument("--check-rows", type=int, default=16)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--launch-times", action="store_true", help="print each implementation's launches in order")
+    p.add_argument("--order", choices=("rounds", "series"), default="rounds",
+                   help="rounds (default): every implementation once per round, rotating; series: each "
+                        "implementation's warm-up and timed launches in a row, as tools/bench.py does, "
+                        "but one after another in this process")
+    p.add_argument("--readings", action="store_true",
+                   help="read the SM clock, power and temperature through NVML during every launch (the host "
+                        "waits for each launch) and report the time in cycles and its %% of cuDNN's")
     p.add_argument("--csv", help="also write the rows here")
     args = p.parse_args(argv)
     args.kv_heads = args.kv_heads or args.heads
@@ -127,34 +136,62 @@ def implementations(torch, lib, args, q, k, v, seq):
     return out
 
 
-def time_interleaved(torch, timed, warmup, reps):
-    """{name: [ms of each launch, in order]}, the launches of all implementations taking turns."""
-    for _ in range(warmup):
-        for _, launch in timed:
-            launch()
+def launch_plan(names, warmup, reps, order):
+    """[(name, timed)] in launch order. rounds: round r launches every implementation once, the list
+    rotated by r; series: each implementation's warm-up and timed launches in a row, one after another."""
+    if order == "series":
+        return [(n, i >= warmup) for n in names for i in range(warmup + reps)]
+    return [(n, r >= warmup) for r in range(warmup + reps)
+            for n in names[r % len(names):] + names[:r % len(names)]]
+
+
+def time_launches(torch, timed, warmup, reps, order, nvml=None):
+    """({name: [ms of each timed launch]}, {name: [NVML reading]}). With nvml, the host waits half of
+    the implementation's previous launch, reads the clock while the kernel runs, then synchronizes
+    (so launches no longer queue back to back, and gaps of well under a millisecond open between them)."""
+    launch = dict(timed)
     events = {name: [] for name, _ in timed}
-    for r in range(reps):
-        shift = r % len(timed)
-        for name, launch in timed[shift:] + timed[:shift]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            launch()
-            end.record()
+    readings = {name: [] for name, _ in timed}
+    half_ms = {}
+    for name, is_timed in launch_plan([n for n, _ in timed], warmup, reps, order):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch[name]()
+        end.record()
+        if nvml is not None:
+            time.sleep(half_ms.get(name, 0.0) / 1000.0)
+            reading = nvml.reading()
+            end.synchronize()
+            half_ms[name] = start.elapsed_time(end) / 2
+            if is_timed:
+                readings[name].append(reading)
+        if is_timed:
             events[name].append((start, end))
     torch.cuda.synchronize()
-    return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()}
+    return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()}, readings
 
 
-def time_case(torch, lib, args, dtype_name, head_dim, seq):
+def readings_summary(readings):
+    """(median SM MHz, median W, median C, the most frequent clock-event reasons) of NVML readings."""
+    reasons = [r[3] for r in readings]
+    return (statistics.median(r[0] for r in readings), statistics.median(r[1] for r in readings),
+            statistics.median(r[2] for r in readings), max(set(reasons), key=reasons.count))
+
+
+def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
     """([row], failed) of one shape: checks, then interleaved timing, then its printed table."""
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     rows, failed = [], False
     q, k, v = ref.case_inputs(torch, args.seed, args.batch, seq, args.heads, args.kv_heads, head_dim, dtype)
     impls = implementations(torch, lib, args, q, k, v, seq)
     timed = [(name, launch) for name, _, launch, _, _ in impls if launch is not None]
-    times = time_interleaved(torch, timed, args.warmup, args.reps) if timed else {}
+    times, readings = time_launches(torch, timed, args.warmup, args.reps, args.order, nvml) if timed else ({}, {})
     flops = attention_flops(args.batch, args.heads, seq, seq, head_dim, args.causal)
     stats = {n: (statistics.median(t), min(t)) for n, t in times.items()}
+    # With --readings: the median over launches of ms x the SM clock read during the launch, a time
+    # in cycles that a clock difference between launches does not move.
+    cycles = {n: statistics.median(ms * r[0] / 1000 for ms, r in zip(times[n], readings[n]))
+              for n in times if readings.get(n)}
     print("\n%s, head_dim %d, [%d, %d, %d, %d]%s%s" % (
         dtype_name, head_dim, args.batch, seq, args.heads, head_dim,
         ", kv_heads %d" % args.kv_heads if args.kv_heads != args.heads else "", ", causal" if args.causal else ""))
@@ -165,8 +202,8 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq):
                "heads": args.heads, "kv_heads": args.kv_heads, "causal": int(args.causal),
                "alibi": int(name.endswith("+alibi")), "seq_q": seq,
                "seq_kv": seq, "median_ms": "", "min_ms": "", "tflops": "", "pct_of_fa2": "", "pct_of_cudnn": "",
-               "pct_of_fa2_min": "", "pct_of_cudnn_min": "",
-               "max_abs_err": "" if err is None else "%.6g" % err, "status": status}
+               "pct_of_fa2_min": "", "pct_of_cudnn_min": "", "sm_clock_mhz": "", "power_w": "", "mcycles": "",
+               "pct_of_cudnn_cycles": "", "max_abs_err": "" if err is None else "%.6g" % err, "status": status}
         failed = failed or (kind == "stage" and status != "PASS")
         if name in stats:
             med, low = stats[name]
@@ -181,8 +218,17 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq):
         print("%-26s %10s %10s %8s %6s/%-6s %6s/%-6s  %s" % (
             name, row["median_ms"] or "-", row["min_ms"] or "-", "%.1f" % float(row["tflops"]) if row["tflops"] else "-",
             pct("pct_of_fa2"), pct("pct_of_fa2_min"), pct("pct_of_cudnn"), pct("pct_of_cudnn_min"), status[:60]))
+        if name in cycles:
+            clock, power, temp, reasons = readings_summary(readings[name])
+            row.update(sm_clock_mhz="%d" % clock, power_w="%.0f" % power, mcycles="%.4g" % cycles[name])
+            if "cudnn" in cycles:
+                row["pct_of_cudnn_cycles"] = "%.2f" % (100 * cycles["cudnn"] / cycles[name])
+            print("%-26s   SM clock %d MHz, %.0f W, %d C, %s; %.4g Mcycles = %s%% of cuDNN's" % (
+                "", clock, power, temp, reasons, cycles[name], row["pct_of_cudnn_cycles"] or "-"))
         if args.launch_times and name in times:
             print("  launch ms: " + " ".join("%.4g" % t for t in times[name]))
+            if readings.get(name):
+                print("  SM MHz:    " + " ".join("%d" % r[0] for r in readings[name]))
         rows.append(row)
     if args.alibi:  # the cost of the slopes: each stage against itself without them, same rounds
         for name in [n for n in stats if n + "+alibi" in stats]:
@@ -192,6 +238,20 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq):
     return rows, failed
 
 
+def method_text(args):
+    if args.order == "series":
+        text = ("series: each implementation %d warm-up and %d timed launches in a row, one implementation after "
+                "another in one process" % (args.warmup, args.reps))
+    else:
+        text = ("interleaved: %d warm-up and %d timed rounds, every implementation launched once per round in a "
+                "rotating order" % (args.warmup, args.reps))
+    text += ", each launch between its own CUDA events"
+    if args.readings:
+        text += ("; NVML SM clock, power and temperature read halfway through each launch, the host waiting for "
+                 "each launch to end")
+    return text
+
+
 def write_csv(path, header, args, rows):
     """The rows, after '# key=value' lines: the GPU and software (torch_header), the driver, the date,
     the git revision, the method and the command."""
@@ -199,10 +259,8 @@ def write_csv(path, header, args, rows):
     facts += [("driver", nvidia_smi_query().get("driver", "unknown")),
               ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")),
               ("git", git_revision()),
-              ("method", "interleaved: %d warm-up and %d timed rounds, every implementation launched once per round "
-                         "in a rotating order, each launch between its own CUDA events; each output checked against "
-                         "fp64 attention on %d sampled rows first (no time if it fails)" % (
-                             args.warmup, args.reps, args.check_rows)),
+              ("method", method_text(args) + "; each output checked against fp64 attention on %d sampled rows "
+                                             "first (no time if it fails)" % args.check_rows),
               ("command", args.command)]
     with open(path, "w", newline="") as f:
         for key, value in facts:
@@ -225,15 +283,20 @@ def main(argv=None):
         print("interleaved.py: PyTorch sees no CUDA device; nothing was timed.", file=sys.stderr)
         return 3
     lib = FaCapi(args.lib)
+    nvml = None
+    if args.readings:
+        try:
+            nvml = Nvml()
+        except NvmlError as e:
+            print("interleaved.py: --readings needs NVML: %s" % e, file=sys.stderr)
+            return 3
     rows, failed = [], False
     header = ref.torch_header(torch)
-    print("# %s; method=interleaved: %d warm-up and %d timed rounds, every implementation once per round "
-          "in a rotating order, each launch between its own CUDA events" % (
-              "; ".join(header), args.warmup, args.reps))  # torch_header names the GPU
+    print("# %s; method=%s" % ("; ".join(header), method_text(args)))  # torch_header names the GPU
     for dtype_name in args.dtypes:
         for head_dim in args.head_dim:
             for seq in args.seqs:
-                case_rows, case_failed = time_case(torch, lib, args, dtype_name, head_dim, seq)
+                case_rows, case_failed = time_case(torch, lib, args, dtype_name, head_dim, seq, nvml)
                 rows += case_rows
                 failed = failed or case_failed
     if args.csv:
