@@ -24,6 +24,16 @@ over this implementation's, and the same of the minima); --csv also writes the r
 header lines that say where and what was measured (GPU, driver, PyTorch, cuDNN, git revision from
 FA_GIT_REV or git, the command).
 
+--any-length 1000,4000 (one length per --seqs value) also runs the stages at that length in the same
+rounds and gives their TFLOP/s there (useful FLOPs) as a % of the TFLOP/s at the --seqs length:
+issue 12's any-length rule without two series between them.
+
+--order series times each implementation in a row of its own (warm-up, then the timed launches), one
+after another in this process, as tools/bench.py does across processes; --readings reads the SM
+clock, power, temperature and clock-event reasons through NVML (tools/nvml.py, read only) halfway
+through every launch, waiting for each launch to end, and states each time also in cycles (ms x the
+clock read), which a clock that differs between implementations does not move.
+
 PyTorch's fused backends take no ALiBi, so --alibi compares each stage with itself: every stage runs
 twice per round, without and with FlashAttention's geometric slopes (the second checked against
 fp64 attention with the bias), and a line per stage gives the slopes' cost in the same rounds.
@@ -57,6 +67,9 @@ def parse_args(argv):
     p.add_argument("--dtype", default="fp16", help="fp16, bf16 or both, comma-separated")
     p.add_argument("--head-dim", type=int_list, default=int_list("128"), help="head dims, comma-separated")
     p.add_argument("--seqs", type=int_list, default=int_list("4096"), help="seq_q = seq_kv values")
+    p.add_argument("--any-length", type=int_list, default=[],
+                   help="one length per --seqs value: the stages also run at it, in the same rounds, and a line "
+                        "gives their TFLOP/s there as a %% of the TFLOP/s at the --seqs value")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--heads", type=int, default=32)
@@ -81,14 +94,16 @@ def parse_args(argv):
     args.dtypes = [d for d in args.dtype.split(",") if d]
     if not args.dtypes or any(d not in ("fp16", "bf16") for d in args.dtypes):
         p.error("--dtype takes fp16, bf16 or fp16,bf16, not %r" % args.dtype)
+    if args.any_length and len(args.any_length) != len(args.seqs):
+        p.error("--any-length takes one length per --seqs value")
     if args.warmup < 0 or args.reps < 1:
         p.error("--warmup must be >= 0 and --reps >= 1")
     return args
 
 
-def implementations(torch, lib, args, q, k, v, seq):
+def implementations(torch, lib, args, q, k, v, seq, tag="", references=True):
     """[(name, kind, launch, status, max_abs_err)]: launch is None where the first call failed its
-    check or could not run (status says why)."""
+    check or could not run (status says why). Stage names get `tag` appended."""
     out = []
     stream = torch.cuda.current_stream().cuda_stream
     # --alibi: each stage also with ALiBi slopes, FlashAttention's geometric 2^(-8 (h + 1) / heads)
@@ -101,7 +116,7 @@ def implementations(torch, lib, args, q, k, v, seq):
         for suffix, alibi in variants:
             o = torch.empty_like(q)
             params = lib.params(q, k, v, o, causal=args.causal, alibi=alibi)
-            name = (names[0] if names else stage) + suffix
+            name = (names[0] if names else stage) + suffix + tag
             try:
                 lib.launch(stage, params, stream)
                 torch.cuda.synchronize()
@@ -114,6 +129,8 @@ def implementations(torch, lib, args, q, k, v, seq):
             # The launch keeps its output and slopes alive through its default arguments.
             launch = (lambda s=stage, p=params, o=o, a=alibi: lib.launch(s, p, stream))
             out.append((name, "stage", launch if passed else None, "PASS" if passed else "FAIL: " + summary, err))
+    if not references:
+        return out
     backends = ref.sdpa_backend_enums(torch, [r for r in args.references.split(",") if r])
     options = ref.sdpa_options(args.heads, args.kv_heads, args.causal)
     for name, backend in backends.items():
@@ -184,9 +201,17 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
     rows, failed = [], False
     q, k, v = ref.case_inputs(torch, args.seed, args.batch, seq, args.heads, args.kv_heads, head_dim, dtype)
     impls = implementations(torch, lib, args, q, k, v, seq)
+    seq_of = {name: seq for name, *_ in impls}
+    # --any-length: the stages also at the paired length, in the same rounds (named <stage>@<length>).
+    other = dict(zip(args.seqs, args.any_length)).get(seq)
+    if other is not None:
+        q2, k2, v2 = ref.case_inputs(torch, args.seed, args.batch, other, args.heads, args.kv_heads, head_dim, dtype)
+        more = implementations(torch, lib, args, q2, k2, v2, other, tag="@%d" % other, references=False)
+        seq_of.update((name, other) for name, *_ in more)
+        impls += more
     timed = [(name, launch) for name, _, launch, _, _ in impls if launch is not None]
     times, readings = time_launches(torch, timed, args.warmup, args.reps, args.order, nvml) if timed else ({}, {})
-    flops = attention_flops(args.batch, args.heads, seq, seq, head_dim, args.causal)
+    flops = {n: attention_flops(args.batch, args.heads, s, s, head_dim, args.causal) for n, s in seq_of.items()}
     stats = {n: (statistics.median(t), min(t)) for n, t in times.items()}
     # With --readings: the median over launches of ms x the SM clock read during the launch, a time
     # in cycles that a clock difference between launches does not move.
@@ -200,16 +225,17 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
     for name, kind, launch, status, err in impls:
         row = {"impl": name, "kind": kind, "dtype": dtype_name, "head_dim": head_dim, "batch": args.batch,
                "heads": args.heads, "kv_heads": args.kv_heads, "causal": int(args.causal),
-               "alibi": int(name.endswith("+alibi")), "seq_q": seq,
-               "seq_kv": seq, "median_ms": "", "min_ms": "", "tflops": "", "pct_of_fa2": "", "pct_of_cudnn": "",
+               "alibi": int("+alibi" in name), "seq_q": seq_of[name],
+               "seq_kv": seq_of[name], "median_ms": "", "min_ms": "", "tflops": "", "pct_of_fa2": "", "pct_of_cudnn": "",
                "pct_of_fa2_min": "", "pct_of_cudnn_min": "", "sm_clock_mhz": "", "power_w": "", "mcycles": "",
                "pct_of_cudnn_cycles": "", "max_abs_err": "" if err is None else "%.6g" % err, "status": status}
         failed = failed or (kind == "stage" and status != "PASS")
         if name in stats:
             med, low = stats[name]
-            row.update(median_ms="%.6g" % med, min_ms="%.6g" % low, tflops="%.6g" % (flops / (med * 1e-3) / 1e12))
+            row.update(median_ms="%.6g" % med, min_ms="%.6g" % low,
+                       tflops="%.6g" % (flops[name] / (med * 1e-3) / 1e12))
             for r in ("fa2", "cudnn"):
-                if r in stats:
+                if r in stats and seq_of[name] == seq:
                     row["pct_of_%s" % r] = "%.2f" % (100 * stats[r][0] / med)
                     row["pct_of_%s_min" % r] = "%.2f" % (100 * stats[r][1] / low)
 
@@ -235,6 +261,12 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
             with_alibi = stats[name + "+alibi"]
             print("%-26s ALiBi costs %+.1f%% (medians), %+.1f%% (minima)" % (
                 name, 100 * (with_alibi[0] / stats[name][0] - 1), 100 * (with_alibi[1] / stats[name][1] - 1)))
+    if other is not None:  # issue 12's any-length rule: TFLOP/s (useful FLOPs) at the odd length over the even one
+        for name in [n for n in stats if n + "@%d" % other in stats]:
+            rate = {n: (flops[n] / stats[n][0], flops[n] / stats[n][1]) for n in (name, name + "@%d" % other)}
+            odd, even = rate[name + "@%d" % other], rate[name]
+            print("%-26s S = %d runs at %.1f%% (medians), %.1f%% (minima) of the TFLOP/s at S = %d" % (
+                name, other, 100 * odd[0] / even[0], 100 * odd[1] / even[1], seq))
     return rows, failed
 
 
