@@ -7,7 +7,8 @@ stages in fa_run and the references minutes later in tools/torch_reference.py. O
 board reaches its power limit within a tenth of a second of load and the clock drops by 6-7%, so a
 series that straddles the drop has a median that depends on where it started, and two series
 compare different clocks. Here the launches take turns instead: round r launches every
-implementation once, in an order rotated by r (so that none always follows the same one), each
+implementation once, in an order shuffled afresh each round (so that each follows each other one
+about equally often: a kernel starts at the clock its predecessor left, call 38), each
 launch between its own pair of CUDA events. Launch i of one implementation and launch i of another
 run within a few milliseconds of each other, at the same clock.
 
@@ -42,6 +43,7 @@ fp64 attention with the bias), and a line per stage gives the slopes' cost in th
 import argparse
 import csv
 import datetime
+import random
 import statistics
 import sys
 import time
@@ -82,7 +84,7 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--launch-times", action="store_true", help="print each implementation's launches in order")
     p.add_argument("--order", choices=("rounds", "series"), default="rounds",
-                   help="rounds (default): every implementation once per round, rotating; series: each "
+                   help="rounds (default): every implementation once per round, shuffled each round; series: each "
                         "implementation's warm-up and timed launches in a row, as tools/bench.py does, "
                         "but one after another in this process")
     p.add_argument("--readings", action="store_true",
@@ -153,16 +155,24 @@ def implementations(torch, lib, args, q, k, v, seq, tag="", references=True):
     return out
 
 
-def launch_plan(names, warmup, reps, order):
-    """[(name, timed)] in launch order. rounds: round r launches every implementation once, the list
-    rotated by r; series: each implementation's warm-up and timed launches in a row, one after another."""
+def launch_plan(names, warmup, reps, order, seed=1):
+    """[(name, timed)] in launch order. rounds: every round launches every implementation once, in an
+    order shuffled afresh each round (seeded), so that each follows each other one about equally
+    often; series: each implementation's warm-up and timed launches in a row, one after another.
+    (Rotating one list instead keeps who follows whom: call 38 found cuDNN after FA2 in three rounds
+    of four that way, starting at the clock FA2 had left, which moved its median by 10%.)"""
     if order == "series":
         return [(n, i >= warmup) for n in names for i in range(warmup + reps)]
-    return [(n, r >= warmup) for r in range(warmup + reps)
-            for n in names[r % len(names):] + names[:r % len(names)]]
+    shuffle = random.Random(seed).shuffle
+    plan = []
+    for r in range(warmup + reps):
+        round_names = list(names)
+        shuffle(round_names)
+        plan += [(n, r >= warmup) for n in round_names]
+    return plan
 
 
-def time_launches(torch, timed, warmup, reps, order, nvml=None):
+def time_launches(torch, timed, warmup, reps, order, nvml=None, seed=1):
     """({name: [ms of each timed launch]}, {name: [NVML reading]}). With nvml, the host waits half of
     the implementation's previous launch, reads the clock while the kernel runs, then synchronizes
     (so launches no longer queue back to back, and gaps of well under a millisecond open between them)."""
@@ -170,7 +180,7 @@ def time_launches(torch, timed, warmup, reps, order, nvml=None):
     events = {name: [] for name, _ in timed}
     readings = {name: [] for name, _ in timed}
     half_ms = {}
-    for name, is_timed in launch_plan([n for n, _ in timed], warmup, reps, order):
+    for name, is_timed in launch_plan([n for n, _ in timed], warmup, reps, order, seed):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         launch[name]()
@@ -210,7 +220,7 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
         seq_of.update((name, other) for name, *_ in more)
         impls += more
     timed = [(name, launch) for name, _, launch, _, _ in impls if launch is not None]
-    times, readings = time_launches(torch, timed, args.warmup, args.reps, args.order, nvml) if timed else ({}, {})
+    times, readings = time_launches(torch, timed, args.warmup, args.reps, args.order, nvml, args.seed) if timed else ({}, {})
     flops = {n: attention_flops(args.batch, args.heads, s, s, head_dim, args.causal) for n, s in seq_of.items()}
     stats = {n: (statistics.median(t), min(t)) for n, t in times.items()}
     # With --readings: the median over launches of ms x the SM clock read during the launch, a time
@@ -275,8 +285,8 @@ def method_text(args):
         text = ("series: each implementation %d warm-up and %d timed launches in a row, one implementation after "
                 "another in one process" % (args.warmup, args.reps))
     else:
-        text = ("interleaved: %d warm-up and %d timed rounds, every implementation launched once per round in a "
-                "rotating order" % (args.warmup, args.reps))
+        text = ("interleaved: %d warm-up and %d timed rounds, every implementation launched once per round in an "
+                "order shuffled each round" % (args.warmup, args.reps))
     text += ", each launch between its own CUDA events"
     if args.readings:
         text += ("; NVML SM clock, power and temperature read halfway through each launch, the host waiting for "
