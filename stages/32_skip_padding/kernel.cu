@@ -1,12 +1,13 @@
-// Stage 32: skip the padding -- a partial last K/V block multiplies only its 16-key groups that hold a key.
+// Stage 32: skip the padding -- a partial last K/V block computes only its 16-key groups that hold a key.
 //
 // Stage 16 computes every K/V block in full: at seq_kv = 1000 the last block holds 40 keys of 64, and
-// S = Q K^T and P V run over all 64 (the mask then turns the 24 missing keys' scores to -inf and
-// their probabilities to 0). Here the masked step knows how many 16-key groups of its block hold a
-// key (one k-step of P V, two n-tiles of S each) and issues the MMAs and fragment loads of those
-// only: at seq_kv = 1000 three groups, 48 keys for 40 (stage 16: 64). The count is a run-time value
-// in the masked step and the constant "all of them" in the unmasked one, where the checks fold
-// away: the main loop is stage 16's.
+// the scores of the 24 others, their exponentials and their P V products are computed and thrown
+// away (the mask makes them 0). Here the masked step is compiled once per number of 16-key groups
+// that hold a key (kGroups = 1..4: the k-step of P V and two n-tiles of S are 16 keys), and the last
+// block runs the copy for its count: at seq_kv = 1000 three groups, 48 keys computed for 40 (stage
+// 16: 64). The phases take that count as a template parameter (kLiveTiles: the n-tiles of S that
+// are computed), so every loop stays unrolled; whole blocks and the diagonal blocks of causal run as
+// in stage 16, with all four groups.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -36,6 +37,12 @@ static_assert(kBlockKV % kMmaK == 0, "P V consumes keys 16 at a time");
 // entries 0, 1) and row lane/4 + 8 (entries 2, 3); see mma_c_row in fragment_layout.h. Row state
 // index mr = 2 * m + r.
 constexpr int kRowsPerThread = 2 * kMTiles;
+
+// A number of 16-key groups as a type: the masked step is compiled once per count (1..4).
+template <int kGroups>
+struct KeyGroups {
+  static constexpr int value = kGroups;
+};
 
 // Everything else follows from the element type and the head dimension.
 template <typename T, int kHeadDim_>
@@ -129,11 +136,12 @@ __device__ __forceinline__ void load_q_fragment(uint32_t (&q_frag)[4], const Lan
 
 // K: the B fragments of all kBlockKV keys for head dims [16*kk, 16*kk + 16), two key n-tiles of 8
 // per ldmatrix.x4.
-template <typename Cfg>
+// Only the first kLiveTiles n-tiles (the keys the step computes).
+template <typename Cfg, int kLiveTiles>
 __device__ __forceinline__ void load_k_fragments(uint32_t (&k_frag)[Cfg::kKeyTiles][2], const LaneAddress<Cfg>& k_addr,
                                                  int kk) {
 #pragma unroll
-  for (int n_pair = 0; n_pair < Cfg::kKeyTiles / 2; ++n_pair) {
+  for (int n_pair = 0; n_pair < kLiveTiles / 2; ++n_pair) {
     uint32_t regs[4];
     ldmatrix_x4(regs, k_addr.at(n_pair, kk));
     k_frag[2 * n_pair][0] = regs[0];
@@ -162,26 +170,23 @@ __device__ __forceinline__ void load_v_fragments(uint32_t (&v_frag)[Cfg::kDimTil
 // ============================== S = Q K^T ===============================
 // K fragments are loaded one k-step (16 head dims) at a time, one k-step ahead of their MMAs; the
 // m-tiles' Q fragments of the k-step come from shared memory right before them. Each K fragment
-// feeds both m-tiles. Only the MMAs of the first live_tiles key n-tiles are issued: the others'
-// scores stay 0 (and the mask makes them -inf). The fragments are loaded for all of them (shared
-// memory reads, no MMA): loading them under the same condition costs ptxas registers at head_dim 128.
-template <typename Cfg>
+// feeds both m-tiles. Only the scores of the first kLiveTiles n-tiles are computed.
+template <typename Cfg, int kLiveTiles>
 __device__ __forceinline__ void compute_scores(float (&s_acc)[kMTiles][Cfg::kKeyTiles][4],
-                                               const LaneAddress<Cfg>& q_addr, const LaneAddress<Cfg>& k_addr,
-                                               int live_tiles) {
+                                               const LaneAddress<Cfg>& q_addr, const LaneAddress<Cfg>& k_addr) {
   uint32_t k_frag[2][Cfg::kKeyTiles][2];
-  load_k_fragments<Cfg>(k_frag[0], k_addr, 0);
+  load_k_fragments<Cfg, kLiveTiles>(k_frag[0], k_addr, 0);
 #pragma unroll
   for (int kk = 0; kk < Cfg::kDimSteps; ++kk) {
-    if (kk + 1 < Cfg::kDimSteps) load_k_fragments<Cfg>(k_frag[(kk + 1) % 2], k_addr, kk + 1);
+    if (kk + 1 < Cfg::kDimSteps) load_k_fragments<Cfg, kLiveTiles>(k_frag[(kk + 1) % 2], k_addr, kk + 1);
     uint32_t q_frag[kMTiles][4];
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) load_q_fragment<Cfg>(q_frag[m], q_addr, m, kk);
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-      for (int n = 0; n < Cfg::kKeyTiles; ++n)
-        if (n < live_tiles) mma_m16n8k16<typename Cfg::Elem>(s_acc[m][n], q_frag[m], k_frag[kk % 2][n]);
+      for (int n = 0; n < kLiveTiles; ++n)
+        mma_m16n8k16<typename Cfg::Elem>(s_acc[m][n], q_frag[m], k_frag[kk % 2][n]);
   }
 }
 
@@ -200,25 +205,26 @@ __device__ __forceinline__ void init_row_state(RowState& state) {
   }
 }
 
-// Row r's largest score in this K/V block, over the whole row (its 4 lanes).
-template <typename Cfg>
+// Row r's largest score in this K/V block (of its first kLiveTiles n-tiles), over the whole row (its
+// 4 lanes).
+template <typename Cfg, int kLiveTiles>
 __device__ __forceinline__ float block_row_max(const float (&s_acc)[Cfg::kKeyTiles][4], int r) {
   float block_max = -INFINITY;
 #pragma unroll
-  for (int n = 0; n < Cfg::kKeyTiles; ++n) block_max = fmaxf(block_max, fmaxf(s_acc[n][2 * r], s_acc[n][2 * r + 1]));
+  for (int n = 0; n < kLiveTiles; ++n) block_max = fmaxf(block_max, fmaxf(s_acc[n][2 * r], s_acc[n][2 * r + 1]));
   return quad_allreduce_max(block_max);
 }
 
 // Key j of the block is masked in row i of the query block where it is past the end of the sequence
 // (j >= keys) or above the diagonal (j > i + diagonal): the score -inf, which no row maximum takes
 // and exp2 turns into the probability 0. A row may lose every key of the block.
-template <typename Cfg>
+template <typename Cfg, int kLiveTiles>
 __device__ __forceinline__ void mask_scores(float (&s_acc)[kMTiles][Cfg::kKeyTiles][4], int keys, int diagonal,
                                             int warp_row0, int lane) {
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-    for (int n = 0; n < Cfg::kKeyTiles; ++n)
+    for (int n = 0; n < kLiveTiles; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = n * kMmaN + mma_c_col(lane, i);
@@ -234,13 +240,13 @@ __device__ __forceinline__ void mask_scores(float (&s_acc)[kMTiles][Cfg::kKeyTil
 // block) and a compile-time constant (mma_c_row(lane, e) - mma_c_row(lane, 0) does not depend on the
 // lane, nor does the column's difference). Integers below 2^24 are exact in fp32 (validate_params
 // keeps the lengths below 2^23), so the distance is exact; |.| is an operand modifier of the FFMA.
-template <typename Cfg>
+template <typename Cfg, int kLiveTiles>
 __device__ __forceinline__ void add_alibi_bias(float (&s_acc)[kMTiles][Cfg::kKeyTiles][4], float slope_raw,
                                                float first_distance) {
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-    for (int n = 0; n < Cfg::kKeyTiles; ++n)
+    for (int n = 0; n < kLiveTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int offset =
@@ -253,21 +259,21 @@ __device__ __forceinline__ void add_alibi_bias(float (&s_acc)[kMTiles][Cfg::kKey
 // Raise the running max (of raw scores: a positive scale keeps their order), rescale what was
 // accumulated under the old max (the sum and O), and turn the scores into unnormalized
 // probabilities P = exp(scale * (s - max)) = exp2(s * scale_log2 - max * scale_log2): one FFMA
-// feeding one MUFU.EX2 per score.
-template <typename Cfg>
+// feeding one MUFU.EX2 per score. (Of the first kLiveTiles n-tiles: the others are not computed.)
+template <typename Cfg, int kLiveTiles>
 __device__ __forceinline__ void online_softmax_update(float (&s_acc)[kMTiles][Cfg::kKeyTiles][4],
                                                       float (&o_acc)[kMTiles][Cfg::kDimTiles][4], RowState& state,
                                                       float scale_log2) {
 #pragma unroll
   for (int mr = 0; mr < kRowsPerThread; ++mr) {
     const int m = mr / 2, r = mr % 2;
-    const float new_max = fmaxf(state.max[mr], block_row_max<Cfg>(s_acc[m], r));
+    const float new_max = fmaxf(state.max[mr], block_row_max<Cfg, kLiveTiles>(s_acc[m], r));
     const float max_scaled = max_for_exp(new_max) * scale_log2;                  // the -inf guard (softmax_math.h)
     const float correction = exp2_approx(state.max[mr] * scale_log2 - max_scaled);  // 0 on the first block
     state.max[mr] = new_max;
     float block_sum = 0.0f;
 #pragma unroll
-    for (int n = 0; n < Cfg::kKeyTiles; ++n) {
+    for (int n = 0; n < kLiveTiles; ++n) {
       s_acc[m][n][2 * r] = exp2_approx(fmaf(s_acc[m][n][2 * r], scale_log2, -max_scaled));
       s_acc[m][n][2 * r + 1] = exp2_approx(fmaf(s_acc[m][n][2 * r + 1], scale_log2, -max_scaled));
       block_sum += s_acc[m][n][2 * r] + s_acc[m][n][2 * r + 1];
@@ -294,17 +300,16 @@ __device__ __forceinline__ void p_fragment(uint32_t (&p_frag)[4], const float (&
 }
 
 // V fragments are loaded one k-step (16 keys) at a time, one k-step ahead of their MMAs; each V
-// fragment feeds both m-tiles. Only the MMAs of the first live_steps k-steps are issued: the keys
-// after them are past the sequence (their P is 0).
-template <typename Cfg>
+// fragment feeds both m-tiles. Only the first kLiveSteps k-steps (the keys the step computed).
+template <typename Cfg, int kLiveSteps>
 __device__ __forceinline__ void accumulate_pv(float (&o_acc)[kMTiles][Cfg::kDimTiles][4],
                                               const float (&s_acc)[kMTiles][Cfg::kKeyTiles][4],
-                                              const LaneAddress<Cfg>& v_addr, int live_steps) {
+                                              const LaneAddress<Cfg>& v_addr) {
   uint32_t v_frag[2][Cfg::kDimTiles][2];
   load_v_fragments<Cfg>(v_frag[0], v_addr, 0);
 #pragma unroll
-  for (int kk = 0; kk < Cfg::kKeySteps; ++kk) {
-    if (kk + 1 < Cfg::kKeySteps) load_v_fragments<Cfg>(v_frag[(kk + 1) % 2], v_addr, kk + 1);
+  for (int kk = 0; kk < kLiveSteps; ++kk) {
+    if (kk + 1 < kLiveSteps) load_v_fragments<Cfg>(v_frag[(kk + 1) % 2], v_addr, kk + 1);
     uint32_t p_frag[kMTiles][4];
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) p_fragment<Cfg>(p_frag[m], s_acc[m], kk);
@@ -312,7 +317,7 @@ __device__ __forceinline__ void accumulate_pv(float (&o_acc)[kMTiles][Cfg::kDimT
     for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
       for (int d = 0; d < Cfg::kDimTiles; ++d)
-        if (kk < live_steps) mma_m16n8k16<typename Cfg::Elem>(o_acc[m][d], p_frag[m], v_frag[kk % 2][d]);
+        mma_m16n8k16<typename Cfg::Elem>(o_acc[m][d], p_frag[m], v_frag[kk % 2][d]);
   }
 }
 
@@ -437,20 +442,21 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
   }
 
   // One step of the loop over K/V: block kv_block's scores, softmax and P V. Only the steps that
-  // need it compile the mask in (`masked` is a constant at both calls): a mask behind a branch in
+  // need it compile the mask in (`masked` is a constant at every call): a mask behind a branch in
   // the one loop, even never taken, makes ptxas schedule the whole loop worse (stage 22's page).
-  const auto step = [&](int kv_block, bool masked) {
+  // live_groups (a KeyGroups<n>) is how many 16-key groups of the block hold a key: the step
+  // computes those and nothing of the others.
+  const auto step = [&](int kv_block, bool masked, auto live_groups) {
+    constexpr int kLiveSteps = decltype(live_groups)::value;  // k-steps of P V
+    constexpr int kLiveTiles = kLiveSteps * kMmaK / kMmaN;    // n-tiles of S
     // This block's V lands while S = Q K^T runs. (The K block is already in shared memory.)
     copy_tile_to_smem<Cfg, kBlockKV>(smem.v, v_gmem, p.v.seq_stride, keys_in_block(kv_block));
     cp_async_commit();
     v_gmem += kBlockKV * p.v.seq_stride;
     k_gmem += kBlockKV * p.k.seq_stride;
 
-    // The 16-key groups of the block that hold a key: every one but in a partial last block (which
-    // only the masked step sees). A constant in the unmasked step.
-    const int live_steps = masked ? (keys_in_block(kv_block) + kMmaK - 1) / kMmaK : Cfg::kKeySteps;
     float s_acc[kMTiles][Cfg::kKeyTiles][4] = {};
-    compute_scores<Cfg>(s_acc, q_addr, k_addr, live_steps * kMmaK / kMmaN);
+    compute_scores<Cfg, kLiveTiles>(s_acc, q_addr, k_addr);
     __syncthreads();  // every warp has read this K block: its buffer is free
 
     // The next K block lands while softmax and P V run. On the last block the group is empty, which
@@ -460,7 +466,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     cp_async_commit();
 
     if constexpr (kAlibi)  // before the mask and the row maximum: they are of the biased scores
-      add_alibi_bias<Cfg>(s_acc, alibi_slope_raw, static_cast<float>(alibi_distance0 - kv_block * kBlockKV));
+      add_alibi_bias<Cfg, kLiveTiles>(s_acc, alibi_slope_raw, static_cast<float>(alibi_distance0 - kv_block * kBlockKV));
 
     if (masked) {
       // Row i of the query block sees key j of this block where j <= i + diagonal (kBlockKV: every
@@ -469,26 +475,35 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
                                                                static_cast<int64_t>(kv_block) * kBlockKV,
                                                            int64_t{kBlockKV}))
                                     : kBlockKV;
-      mask_scores<Cfg>(s_acc, keys_in_block(kv_block), diagonal, warp_row0, lane);
+      mask_scores<Cfg, kLiveTiles>(s_acc, keys_in_block(kv_block), diagonal, warp_row0, lane);
     }
-    online_softmax_update<Cfg>(s_acc, o_acc, state, scale_log2);
+    online_softmax_update<Cfg, kLiveTiles>(s_acc, o_acc, state, scale_log2);
 
     cp_async_wait<1>();  // this block's V has landed; the next K may still be in flight
     __syncthreads();     // ... for every thread's copies
 
-    accumulate_pv<Cfg>(o_acc, s_acc, v_addr, live_steps);
+    accumulate_pv<Cfg, kLiveSteps>(o_acc, s_acc, v_addr);
     cp_async_wait<0>();  // the next K block has landed
     __syncthreads();     // ... for every thread, and every warp is done with V before it is overwritten
   };
 
   // The blocks before unmasked_blocks are whole and below the diagonal for every row: the first row
   // of the query block already sees all their keys. The rest -- under causal the blocks the diagonal
-  // crosses, and the last block if it is partial -- take the masked step.
+  // crosses, and the last block if it is partial -- take the masked step, the last block with only
+  // its groups that hold a key (a partial block only ends the sequence).
   const int64_t first_row_keys = p.causal ? max(q_block * kBlockQ + diagonal_offset + 1, int64_t{0}) : p.seq_kv;
   const int unmasked_blocks = static_cast<int>(min(first_row_keys, p.seq_kv) / kBlockKV);
   int kv_block = 0;
-  for (; kv_block < unmasked_blocks; ++kv_block) step(kv_block, false);
-  for (; kv_block < num_kv_blocks; ++kv_block) step(kv_block, true);
+  static_assert(Cfg::kKeySteps == 4, "one case below per count of 16-key groups");
+  for (; kv_block < unmasked_blocks; ++kv_block) step(kv_block, false, KeyGroups<4>{});
+  for (; kv_block < num_kv_blocks; ++kv_block) {
+    switch ((keys_in_block(kv_block) + kMmaK - 1) / kMmaK) {
+      case 1: step(kv_block, true, KeyGroups<1>{}); break;
+      case 2: step(kv_block, true, KeyGroups<2>{}); break;
+      case 3: step(kv_block, true, KeyGroups<3>{}); break;
+      default: step(kv_block, true, KeyGroups<4>{}); break;
+    }
+  }
 
   normalize_and_write_o<Cfg>(o_acc, state, smem.q, o_gmem, p.o.seq_stride, q_rows, warp_row0, lane);
   if (p.lse.data != nullptr) {
