@@ -7,7 +7,7 @@
 # memcheck over 32. Everything is appended to $OUT/call39.txt as it is written.
 set -o pipefail
 export PYTHONUNBUFFERED=1
-: "${REV:?set REV to the commit under test}"
+: "${REV:?set REV to the commit under test, from this machine: the device copy's git log is not this tree's}"
 T0=$(date +%s); t() { echo "$(( $(date +%s) - T0 ))s"; }
 LOG=$OUT/call39.txt
 W=/tmp/trim39; rm -rf $W; mkdir -p $W/stages $W/.deps

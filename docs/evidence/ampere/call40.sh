@@ -6,7 +6,7 @@
 # suites; interleaved (shuffled rounds) 16 vs 32 at the headline shapes and any length; memcheck.
 set -o pipefail
 export PYTHONUNBUFFERED=1
-: "${REV:?set REV to the commit under test}"
+: "${REV:?set REV to the commit under test, from this machine: the device copy's git log is not this tree's}"
 T0=$(date +%s); t() { echo "$(( $(date +%s) - T0 ))s"; }
 LOG=$OUT/call40.txt
 W=/tmp/trim40; rm -rf $W; mkdir -p $W/stages $W/.deps

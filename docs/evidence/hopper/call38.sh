@@ -8,7 +8,7 @@
 # (--any-length: issue 12's any-length rule). Trimmed tree, library only.
 set -o pipefail
 export PYTHONUNBUFFERED=1
-: "${REV:?set REV to the commit under test}"
+: "${REV:?set REV to the commit under test, from this machine: the device copy's git log is not this tree's}"
 T0=$(date +%s); t() { echo "$(( $(date +%s) - T0 ))s"; }
 W=/tmp/trim38; rm -rf $W; mkdir -p $W/stages
 cp -r CMakeLists.txt common tools tests scripts $W/
