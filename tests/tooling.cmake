@@ -40,6 +40,12 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_c_api.py $<TARGET_FILE:fa_capi>)
   set_tests_properties(test_c_api PROPERTIES LABELS cpu)
 
+  # tools/interleaved.py's launch order (every implementation once a round, each following each
+  # other about equally often) and options, without a GPU or PyTorch.
+  add_test(NAME test_interleaved
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_interleaved.py)
+  set_tests_properties(test_interleaved PROPERTIES LABELS cpu)
+
   # tools/schedule_model.py: the static schedules' counts that the pages of stages 23 and 24 quote.
   add_test(NAME test_schedule_model
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_schedule_model.py)
