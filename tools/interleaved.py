@@ -257,7 +257,7 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
         if name in cycles:
             clock, power, temp, reasons = readings_summary(readings[name])
             row.update(sm_clock_mhz="%d" % clock, power_w="%.0f" % power, mcycles="%.4g" % cycles[name])
-            if "cudnn" in cycles:
+            if "cudnn" in cycles and seq_of[name] == seq:  # cuDNN ran the --seqs length only
                 row["pct_of_cudnn_cycles"] = "%.2f" % (100 * cycles["cudnn"] / cycles[name])
             print("%-26s   SM clock %d MHz, %.0f W, %d C, %s; %.4g Mcycles = %s%% of cuDNN's" % (
                 "", clock, power, temp, reasons, cycles[name], row["pct_of_cudnn_cycles"] or "-"))
