@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# NOT RUN YET: prepared in the tenth session for the next one (pass REV=<commit> from this machine:
-# the device copy's git log is not this tree's).
+# Run in the eleventh session (REV=e1c1197; log and CSVs in call41/). Pass REV=<commit> from this machine:
+# the device copy's git log is not this tree's.
 # Call 41: (1) the new test_gpu_any_length case (last K/V blocks of 16/17, 32/33, 48/49 keys) over
 # stages 11, 16, 32; (2) issue 11's 16 headline shapes with the order shuffled every round (call 34
 # rotated it: cuDNN after FA2, call 38): stages 17, 21, 30 with FA2 and cuDNN; (3) stage 16's and 32's
