@@ -5,6 +5,9 @@
                          twice each, to the same bytes; rewrites only the marked sections of a
                          README copy; --check passes on what it wrote and fails on an edited cell
                          or sentence
+  the stage pages        each sm_90a page's % of wgmma peak is its TFLOP/s over the committed
+                         ceiling (plots/results/ceilings_latest.csv) of the same dtype, no other
+                         page has it, and gen_docs.py --check sees a changed ceilings CSV
   tools/results_tables   the generated sentences say faster/slower/within where the numbers do;
                          sm_90a stages get % of cuDNN; an old CSV (fewer columns), a newer one
                          (causal, kv_heads, unknown columns), a stage the tree no longer has and
@@ -15,7 +18,8 @@
                          an unavailable cuDNN, ALiBi against the stage itself), headline sentences
                          over headline rows only, plots only where there are references, stage
                          pages (tools/gen_docs.py) with one table per series and % of cuDNN for
-                         the Hopper track; the causal FLOP count; torch_reference.py's fp64 check
+                         the Hopper track, and its % of wgmma peak in the headline tables (or
+                         why not); the causal FLOP count; torch_reference.py's fp64 check
                          of causal and GQA cases (where torch is installed, on the CPU)
   tools/bench.py         with a fake fa_run: one progress line per result with an estimate of the
                          time left, an sm_90a stage skipped with a message on a compute capability
@@ -193,6 +197,95 @@ def test_committed_csv(tmp):
     for name in pngs(first):
         check_png(os.path.join(first, name))
     check(same_bytes(first, second), "rendering the committed CSV twice gives byte-identical PNGs")
+
+
+def stale_pages(args):
+    """The pages `tools/gen_docs.py --check` reports stale with these extra arguments, and its rc."""
+    rc, out = run([sys.executable, os.path.join(TOOLS, "gen_docs.py"), "--check"] + args)
+    return rc, set(re.findall(r"stale generated section\(s\) in (\S+)", out))
+
+
+def test_committed_wgmma_peak(tmp):
+    """The committed stage pages: every sm_90a stage's headline tables have its % of wgmma peak, equal
+    to its TFLOP/s in the page's results CSV over wgmma_m64n256k16_2wg of the same dtype in
+    plots/results/ceilings_latest.csv; no other stage's page has that column; and a changed or
+    missing ceilings CSV makes `gen_docs.py --check` report the Hopper pages (and only those) stale."""
+    sys.path.insert(0, TOOLS)
+    import ceilings_doc
+    import stages
+    ceilings_csv = os.path.join(REPO, "plots", "results", "ceilings_latest.csv")
+    if not os.path.exists(ceilings_csv):
+        check(False, "plots/results/ceilings_latest.csv exists")
+        return
+    ceiling_meta, ceiling_rows = ceilings_doc.read_ceilings_csv(ceilings_csv)
+    peaks = {r["dtype"]: float(r["value"]) for r in ceiling_rows if r["name"] == "wgmma_m64n256k16_2wg"}
+    clocks = ceilings_doc.sm_clocks(ceiling_rows)
+    hopper, others, others_with_column = [], [], []
+    for stage in stages.all_stages():
+        page_path = os.path.join(REPO, "docs", "stages", stage.name + ".md")
+        text = read(page_path)
+        section = text.split("<!-- results:begin -->")[1].split("<!-- results:end -->")[0]
+        if stage.target != "sm_90a":
+            others.append(stage.name)
+            if "wgmma peak" in section:
+                others_with_column.append(stage.name)
+            continue
+        pinned = re.search(r"<!-- results-csv: (\S+) -->", text)
+        csv_path = os.path.join(REPO, pinned.group(1) if pinned else os.path.join("plots", "results", "latest.csv"))
+        with open(csv_path, newline="") as f:
+            results = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))
+                       if r["impl"] == stage.name and r.get("series", "headline") == "headline"]
+        compared, wrong, dtypes = 0, [], set()
+        for title, table in re.findall(r"^\*\*(.*?)\*\*\n\n((?:\|.*\n?)+)", section, re.M):
+            m = re.match(r"(fp16|bf16), head_dim (\d+), batch (\d+), heads (\d+)$", title)
+            if not m:
+                if "wgmma peak" in table:
+                    wrong.append("%s: a %% of wgmma peak column in a table that is not a headline one" % title)
+                continue
+            dtype, head_dim, batch, heads = m.group(1), m.group(2), m.group(3), m.group(4)
+            dtypes.add(dtype)
+            lines = table.strip().splitlines()
+            header = [c.strip() for c in lines[0].strip("|").split("|")]
+            column = "%s %% of wgmma peak" % stage.name
+            if column not in header:
+                wrong.append("%s: no column" % title)
+                continue
+            for line in lines[2:]:
+                cells = [c.strip() for c in line.strip("|").split("|")]
+                row = [r for r in results if (r["dtype"], r["head_dim"], r["batch"], r["heads"], r["seq_q"], r["seq_kv"])
+                       == (dtype, head_dim, batch, heads, cells[0], cells[0])]
+                if len(row) != 1 or not row[0]["tflops"]:
+                    wrong.append("%s S=%s: %d CSV rows" % (title, cells[0], len(row)))
+                    continue
+                want = "%.1f" % (100.0 * float(row[0]["tflops"]) / peaks[dtype])
+                compared += 1
+                if cells[header.index(column)] != want:
+                    wrong.append("%s S=%s: %s, not %s" % (title, cells[0], cells[header.index(column)], want))
+        hopper.append(stage.name)
+        sentence_ok = all("%s for %s (SM clock %s during that run)" % (
+            ceilings_doc.fmt(peaks[d], "TFLOP/s"), d, ceilings_doc.fmt(clocks[("wgmma_m64n256k16_2wg", d)], "MHz"))
+            in section for d in dtypes) and "`plots/results/ceilings_latest.csv`" in section and "(../ceilings.md)" in section
+        check(compared > 0 and not wrong and sentence_ok,
+              "%s: %% of wgmma peak = TFLOP/s of %s / wgmma_m64n256k16_2wg of %s in %d cells, and the sentence "
+              "names the ceiling%s" % (stage.name, os.path.relpath(csv_path, REPO), "/".join(sorted(dtypes)), compared,
+                                       " (%s)" % "; ".join(wrong[:3]) if wrong else ""))
+    check(hopper and others and not others_with_column,
+          "no %% of wgmma peak on the pages of the %d stages that are not sm_90a (%d sm_90a pages have it)%s"
+          % (len(others), len(hopper), ": %s" % ", ".join(others_with_column) if others_with_column else ""))
+
+    # --check depends on the ceilings CSV for the Hopper pages only: compared with the committed
+    # ceilings (whatever else may be stale in this tree), halved peaks or no ceilings CSV at all make
+    # exactly the Hopper pages stale.
+    _, baseline = stale_pages(["--sections", "results", "--ceilings-csv", ceilings_csv])
+    halved = os.path.join(tmp, "ceilings_halved.csv")
+    with open(ceilings_csv) as f:
+        write(halved, "".join(re.sub(r"^(wgmma_m64n256k16_2wg,\w+,)([0-9.]+)",
+                                     lambda m: m.group(1) + "%.1f" % (float(m.group(2)) / 2), line) for line in f))
+    hopper_pages = {"docs/stages/%s.md" % s for s in hopper}
+    for what, ceilings in (("halved wgmma peaks", halved), ("no ceilings CSV", os.path.join(tmp, "no_ceilings.csv"))):
+        rc, stale = stale_pages(["--sections", "results", "--ceilings-csv", ceilings])
+        check(rc == 1 and stale - baseline == hopper_pages - baseline and not (stale - baseline - hopper_pages),
+              "gen_docs.py --check with %s: the Hopper pages are stale, no other (%d new)" % (what, len(stale - baseline)))
 
 
 def test_sentences_and_columns():
@@ -387,6 +480,50 @@ def test_general_series(tmp):
     hopper_page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta), hopper=True)
     check("| 14_g % of FA2 | 14_g % of cuDNN |" in hopper_page and "| 106.5 | 58.4 |" in hopper_page
           and "% of cuDNN" not in page, "stage page: a Hopper-track stage gets its % of cuDNN (0.45 / 0.77 = 58.4%)")
+
+    # The Hopper stage's % of the wgmma peak (FAKE ceilings): in the headline tables only, the stage's
+    # TFLOP/s over the ceiling of the table's dtype, with one sentence saying where the ceiling comes
+    # from; left out, with the reason, where the ceilings CSV is missing, lacks the dtype or is of
+    # another GPU.
+    def ceilings(name, text):
+        target = os.path.join(tmp, name)
+        write(target, text)
+        return target
+
+    fp16_ceiling = ceilings("ceilings_fp16.csv", "# gpu=FAKE GPU\nname,dtype,value,unit,method\n"
+                            "wgmma_m64n256k16_2wg,fp16,800.0,TFLOP/s,fake\n"
+                            "sm_clock_during_wgmma_m64n256k16_2wg,fp16,1500.0,MHz,fake\n"
+                            "wgmma_m64n256k16_1wg,fp16,700.0,TFLOP/s,fake\n")
+    peak_page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta), hopper=True,
+                                         peaks=gen_docs.WgmmaPeaks(fp16_ceiling))
+    headline_part, series_part = peak_page.split("**Causal")[0], "**Causal" + peak_page.split("**Causal")[1]
+    expected = ["%.1f" % (100.0 * groups[0].get("14_g", (s, s))["tf"] / 800.0) for s in (1024, 4096)]
+    rows = {line.split("|")[1].strip(): line for line in headline_part.splitlines() if line.startswith("| ")}
+    check("| 14_g % of cuDNN | 14_g % of wgmma peak |" in headline_part
+          and rows["1024"].endswith("| 106.5 | 58.4 | %s |" % expected[0]) and rows["4096"].endswith("| %s |" % expected[1]),
+          "stage page: the headline table gets the Hopper stage's %% of wgmma peak (TFLOP/s / 800.0 = %s, %s)"
+          % tuple(expected))
+    check("wgmma peak" not in series_part.split("Median of the timed")[0] and "wgmma peak" not in page,
+          "stage page: no % of wgmma peak in the series tables, nor for a stage that is not Hopper")
+    check(("800.0 TFLOP/s for fp16 (SM clock 1500 MHz during that run)" in peak_page
+           and "`wgmma_m64n256k16_2wg`" in peak_page and "`%s`" % fp16_ceiling in peak_page
+           and "(../ceilings.md)" in peak_page and "700.0" not in peak_page),
+          "stage page: the sentence gives the 2-warpgroup ceiling's value, dtype, SM clock, CSV and the ceilings page")
+    for what, peaks, reason in (
+            ("a missing ceilings CSV", gen_docs.WgmmaPeaks(os.path.join(tmp, "no_such_ceilings.csv")), "does not exist"),
+            ("a ceilings CSV without fp16", gen_docs.WgmmaPeaks(ceilings("ceilings_bf16.csv", "# gpu=FAKE GPU\n"
+                                                                        "name,dtype,value,unit,method\n"
+                                                                        "wgmma_m64n256k16_2wg,bf16,900.0,TFLOP/s,x\n")),
+             "has no `wgmma_m64n256k16_2wg` row for fp16"),
+            ("ceilings of another GPU", gen_docs.WgmmaPeaks(ceilings("ceilings_other.csv", "# gpu=OTHER GPU\n"
+                                                                    "name,dtype,value,unit,method\n"
+                                                                    "wgmma_m64n256k16_2wg,fp16,800.0,TFLOP/s,x\n")),
+             "were measured on OTHER GPU, these results on FAKE GPU")):
+        without = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta), hopper=True,
+                                           peaks=peaks)
+        check("% of wgmma peak |" not in without and "No % of wgmma peak column: " in without and reason in without
+              and "| 106.5 | 58.4 |" in without,
+              "stage page with %s: no %% of wgmma peak column, and the sentence says why (%s)" % (what, reason))
 
     # The plots: rendered for the plotted configurations, --check passes, and an old-format README
     # check (no such rows) is not disturbed by the code path.
@@ -653,6 +790,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="test_plots_") as tmp:
         test_synthetic_render_and_readme(tmp)
         test_committed_csv(tmp)
+        test_committed_wgmma_peak(tmp)
         test_sentences_and_columns()
         test_general_series(tmp)
         test_flops_and_reference_check()

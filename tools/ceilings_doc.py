@@ -58,6 +58,17 @@ def read_ceilings_csv(path):
     return meta, list(csv.DictReader(lines))
 
 
+def sm_clocks(rows):
+    """{(result name, dtype): MHz}: the SM clock measured during each MMA result (the rows
+    sm_clock_during_<name>, same dtype; sm_clock_during_mma_sync is mma_sync_m16n8k16's)."""
+    clocks = {}
+    for row in rows:
+        if row["name"].startswith("sm_clock_during_"):
+            name = row["name"][len("sm_clock_during_"):]
+            clocks[("mma_sync_m16n8k16" if name == "mma_sync" else name, row["dtype"])] = number(row["value"])
+    return clocks
+
+
 def rel(path):
     return os.path.relpath(os.path.abspath(path), REPO)
 
@@ -92,12 +103,7 @@ def ceilings_section(csv_path=DEFAULT_CSV):
     if not os.path.exists(csv_path):
         return NO_RESULTS + "\n"
     meta, rows = read_ceilings_csv(csv_path)
-    # The SM clock measured during each MMA result: row sm_clock_during_<name>, same dtype.
-    clocks = {}
-    for row in rows:
-        if row["name"].startswith("sm_clock_during_"):
-            name = row["name"][len("sm_clock_during_"):]
-            clocks[("mma_sync_m16n8k16" if name == "mma_sync" else name, row["dtype"])] = number(row["value"])
+    clocks = sm_clocks(rows)
     lines = [
         "Measured on %s (driver %s, CUDA %s, %s SMs, power limit %s W), %s, git `%s`; SM clock %s MHz at "
         "start, %s MHz at the end (max %s). Source: `%s`."

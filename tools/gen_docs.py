@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Regenerates the generated sections of the docs from the source tree, the build and the benchmark CSV.
 
-    python3 tools/gen_docs.py [--build-dir build] [--csv PATH] [--sections diff,results,sass,headline] [--check]
+    python3 tools/gen_docs.py [--build-dir build] [--csv PATH] [--ceilings-csv PATH]
+                              [--sections diff,results,sass,headline,ceilings] [--check]
 
 The stages are those of tools/stages.py (stages/*/stage.json); each page compares a stage with its
 declared parent. Sections (everything between the markers is replaced; the rest of each page is
@@ -15,7 +16,11 @@ hand-written):
         from the benchmark CSV, for this stage and its parent: per configuration and sequence
         length, median ms, TFLOP/s, % of FA2 and the change in time against the parent; the
         causal, any-length, grouped-query and ALiBi rows (tools/results_csv.py SERIES) in one table
-        per series, with the parent only where it has such rows (declares the feature too); where the
+        per series, with the parent only where it has such rows (declares the feature too); for an
+        sm_90a stage also its % of cuDNN in every table and, in the headline tables, its % of the
+        measured wgmma dense peak of the same dtype (row wgmma_m64n256k16_2wg of --ceilings-csv,
+        read with tools/ceilings_doc.py; left out, and the page says why, when that CSV is missing,
+        has no row for the dtype or was measured on another GPU); where the
         numbers come from (GPU, date, git revision, CSV); and whether stages/<stage>/,
         stages/<parent>/ or common/ changed since the CSV's git revision (git diff against the
         working tree; said so plainly when git or the revision is not available). A page whose
@@ -27,13 +32,18 @@ hand-written):
         kernel (sm_90 code; sm_90a for sm_90a stages), with registers and spills, disassembled from
         the stage libraries of --build-dir (tools/sass.py). The section records the CUDA compiler
         version it came from (<!-- sass-build: ... -->)
+  docs/ceilings.md
+    <!-- ceilings:begin --> ... <!-- ceilings:end -->                              (section "ceilings")
+        the measured hardware ceilings of --ceilings-csv (tools/ceilings_doc.py)
   docs/performance_log.md
     <!-- headline:begin --> ... <!-- headline:end -->                             (section "headline")
         every stage and reference from the CSV: TFLOP/s and % of FA2 per sequence length, and which
         stage folders changed since the CSV's revision
 
 The CSV is what tools/bench.py writes (default plots/results/latest.csv), read with
-tools/results_csv.py. Without a CSV the results sections say so.
+tools/results_csv.py. Without a CSV the results sections say so. The ceilings CSV is what
+scripts/microbench.sh writes (default plots/results/ceilings_latest.csv); a change to it changes the
+sm_90a stages' results sections too, so --check reports them as stale until they are regenerated.
 
 Without cuobjdump/nvdisasm, or without the stage libraries (or their sm_90 code) in --build-dir,
 the SASS sections cannot be regenerated: writing leaves them as they are and says so; --check
@@ -56,10 +66,11 @@ import re
 import subprocess
 import sys
 
+import ceilings_doc  # the ceilings CSV's reader and docs/ceilings.md's table (tools/ceilings_doc.py)
 import sass
 import stages as stage_declarations
 from cli_util import REPO, shown_path
-from results_csv import fmt_ms, reference_label
+from results_csv import fmt_ms, number, reference_label
 from results_tables import ResultsError, load_results, make_groups, seq_label
 
 STAGE_DOCS = os.path.join(REPO, "docs", "stages")
@@ -67,6 +78,9 @@ PERF_LOG = os.path.join(REPO, "docs", "performance_log.md")
 DEFAULT_CSV = os.path.join(REPO, "plots", "results", "latest.csv")
 DEFAULT_BUILD = os.path.join(REPO, "build")
 CEILINGS_PAGE = os.path.join(REPO, "docs", "ceilings.md")
+DEFAULT_CEILINGS_CSV = ceilings_doc.DEFAULT_CSV
+# The ceiling of the Hopper track: the dense wgmma peak with 2 warpgroups per SM (docs/ceilings.md).
+WGMMA_PEAK = "wgmma_m64n256k16_2wg"
 SECTIONS = ("diff", "results", "sass", "headline", "ceilings")
 SKIP = 77
 NO_RESULTS = "No benchmark results committed yet; run `bash scripts/run_all.sh`."
@@ -230,11 +244,12 @@ SERIES_TITLES = {"causal": "Causal (seq_q = seq_kv; % of FA2 run with is_causal=
                  "alibi": "ALiBi (no FA2 with ALiBi to compare with)"}
 
 
-def results_table(title, cells, stage, versus, with_cudnn=False):
+def results_table(title, cells, stage, versus, with_cudnn=False, peak=None):
     """One table of a stage page: a row per (configuration, S) in `cells` [(group, seq)], the
     configuration as a first column where the cells span several; with `versus` (the parent) its
     time, TFLOP/s and % of FA2 beside the stage's; with_cudnn (a Hopper-track stage) adds the
-    stage's % of cuDNN."""
+    stage's % of cuDNN; peak (TFLOP/s of the wgmma ceiling of the table's dtype) adds the stage's
+    % of it."""
     spans = len({g.key for g, _ in cells}) > 1
     first = "| configuration | S |" if spans else "| S |"
     rule = "|---|---:|" if spans else "|---:|"
@@ -248,6 +263,9 @@ def results_table(title, cells, stage, versus, with_cudnn=False):
         lines.append(rule + "---:|---:|---:|")
     if with_cudnn:
         lines[-2] += " %s %% of cuDNN |" % stage
+        lines[-1] += "---:|"
+    if peak:
+        lines[-2] += " %s %% of wgmma peak |" % stage
         lines[-1] += "---:|"
     ms = lambda r: cell(r, "ms", fmt_ms)
     tf = lambda r: cell(r, "tf", lambda v: "%.1f" % v)
@@ -266,21 +284,94 @@ def results_table(title, cells, stage, versus, with_cudnn=False):
             lines.append("%s %s | %s | %s |" % (lead, ms(this), tf(this), pct(this)))
         if with_cudnn:
             lines[-1] += " %s |" % pct_cudnn(this)
+        if peak:
+            lines[-1] += " %s |" % cell(this, "tf", lambda v: "%.1f" % (100.0 * v / peak))
     return "\n".join(lines)
 
 
-def results_section(stage, parent, results, csv_path, freshness, hopper=False):
+class WgmmaPeaks:
+    """The wgmma dense peak (WGMMA_PEAK) per dtype from a ceilings CSV (scripts/microbench.sh), read
+    with tools/ceilings_doc.py, for the Hopper stages' % of wgmma peak; or why there is none."""
+
+    def __init__(self, csv_path=DEFAULT_CEILINGS_CSV):
+        self.csv_path = csv_path
+        self.meta, self.peaks = {}, {}  # peaks: dtype -> (TFLOP/s, SM clock in MHz or None)
+        self.missing = None  # why the CSV gives no ceiling at all, or None
+        if not os.path.exists(csv_path):
+            self.missing = "`%s` does not exist (`bash scripts/microbench.sh` measures it on the GPU)" % (
+                shown_path(csv_path))
+            return
+        self.meta, rows = ceilings_doc.read_ceilings_csv(csv_path)
+        clocks = ceilings_doc.sm_clocks(rows)
+        for row in rows:
+            value = number(row.get("value"))
+            if row.get("name") == WGMMA_PEAK and row.get("unit") == "TFLOP/s" and value:
+                self.peaks.setdefault(row["dtype"], (value, clocks.get((WGMMA_PEAK, row["dtype"]))))
+
+    def why_not(self, meta):
+        """Why no table of a results CSV with this meta gets the column, or None."""
+        if self.missing:
+            return self.missing
+        ours, theirs = (meta or {}).get("gpu"), self.meta.get("gpu")
+        if not ours or not theirs or ours != theirs:
+            return "the ceilings in `%s` were measured on %s, these results on %s" % (
+                shown_path(self.csv_path), theirs or "an unrecorded GPU", ours or "an unrecorded GPU")
+        return None
+
+    def peak(self, dtype, meta):
+        """TFLOP/s of the ceiling for a table of `dtype` from a results CSV with `meta`, or None."""
+        if self.why_not(meta):
+            return None
+        return self.peaks.get(dtype, (None, None))[0]
+
+    def sentence(self, dtypes, meta):
+        """The one sentence under a Hopper page's headline tables (of these dtypes): where the
+        ceiling of its % of wgmma peak column comes from, or why the column is left out."""
+        link = "[docs/ceilings.md](../ceilings.md)"
+        why = self.why_not(meta)
+        if why:
+            return "No %% of wgmma peak column: %s; the ceiling is explained in %s." % (why, link)
+        shown = [d for d in dtypes if d in self.peaks]
+        lacking = [d for d in dtypes if d not in self.peaks]
+        if not shown:
+            return "No %% of wgmma peak column: `%s` has no `%s` row for %s; the ceiling is explained in %s." % (
+                shown_path(self.csv_path), WGMMA_PEAK, " or ".join(dtypes), link)
+        values = []
+        for d in shown:
+            tflops, clock = self.peaks[d]
+            values.append("%s for %s (SM clock %s during that run)" % (
+                ceilings_doc.fmt(tflops, "TFLOP/s"), d, ceilings_doc.fmt(clock, "MHz") if clock else "not recorded"))
+        text = ("%% of wgmma peak = this stage's TFLOP/s / the `wgmma` m64n256k16 dense peak of the same dtype "
+                "with 2 warpgroups per SM, measured on the %s: %s; rows `%s` of `%s` (%s)"
+                % (self.meta.get("gpu", "?"), ", ".join(values), WGMMA_PEAK, shown_path(self.csv_path), link))
+        if lacking:
+            text += "; that CSV has no such row for %s, so the %s tables have no %% of wgmma peak column" % (
+                " or ".join(lacking), " and ".join(lacking))
+        return text + "."
+
+
+def results_section(stage, parent, results, csv_path, freshness, hopper=False, peaks=None):
     """The results section of a stage page; hopper (an sm_90a stage, the track measured against
-    cuDNN) adds the stage's % of cuDNN to every table."""
+    cuDNN) adds the stage's % of cuDNN to every table and its % of the wgmma peak of `peaks` (a
+    WgmmaPeaks; by default from plots/results/ceilings_latest.csv) to the headline tables, with
+    one sentence under them saying where that ceiling comes from."""
     if results is None:
         return NO_RESULTS
     meta, groups = results
     blocks = []
+    if hopper and peaks is None:
+        peaks = WgmmaPeaks()
     # The headline: one table per configuration, against the parent.
+    headline_dtypes = []
     for g in [g for g in groups if g.series == "headline"]:
         cells = [(g, s) for s in g.seqs if g.get(stage, s) is not None]
         if cells:
-            blocks.append(results_table(g.title(), cells, stage, parent, hopper))
+            blocks.append(results_table(g.title(), cells, stage, parent, hopper,
+                                        peaks.peak(g.dtype, meta) if hopper else None))
+            if g.dtype not in headline_dtypes:
+                headline_dtypes.append(g.dtype)
+    if hopper and headline_dtypes:
+        blocks.append(peaks.sentence(headline_dtypes, meta))
     # Every other series: one table over its configurations; the parent only where it has rows there
     # (it declares the feature too).
     for series in list(collections.OrderedDict.fromkeys(g.series for g in groups if g.series != "headline")):
@@ -468,6 +559,9 @@ def section_list(text):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--csv", default=DEFAULT_CSV, help="benchmark CSV (default plots/results/latest.csv)")
+    p.add_argument("--ceilings-csv", default=DEFAULT_CEILINGS_CSV,
+                   help="microbenchmark CSV of the ceilings (default plots/results/ceilings_latest.csv): "
+                        "docs/ceilings.md's table and the sm_90a stages' %% of wgmma peak")
     p.add_argument("--build-dir", default=DEFAULT_BUILD,
                    help="CMake build folder whose stage libraries the SASS sections come from (default build)")
     p.add_argument("--sections", type=section_list, default=list(SECTIONS),
@@ -487,6 +581,11 @@ def main(argv=None):
     all_stages = stage_declarations.all_stages()
     by_name = {s.name: s for s in all_stages}
     build = BuildSass(args.build_dir) if "sass" in wanted else None
+    try:
+        peaks = WgmmaPeaks(args.ceilings_csv) if "results" in wanted else None
+    except (OSError, KeyError, ValueError) as e:
+        print("gen_docs.py: %s: %s" % (shown_path(args.ceilings_csv), e), file=sys.stderr)
+        return 2
 
     pages = []           # (path, [(section, body or None)], freshness that could not be told)
     pinned_results = {}  # path -> (results, Freshness), each pinned CSV read once
@@ -523,7 +622,7 @@ def main(argv=None):
             sections.append(("diff", diff_section(stage.name, stage.parent)))
         if "results" in wanted:
             sections.append(("results", results_section(stage.name, stage.parent, page_results, page_csv, freshness,
-                                                        hopper=stage.target == "sm_90a")))
+                                                        hopper=stage.target == "sm_90a", peaks=peaks)))
         if "sass" in wanted:
             body, why_not = sass_section(stage, parent, build)
             recorded = SASS_BUILD.search(section_body(text, "sass") or "")
@@ -534,9 +633,8 @@ def main(argv=None):
             sections.append(("sass", body))
         pages.append((path, sections, freshness.unknown if "results" in wanted and page_results else None))
     if "ceilings" in wanted:
-        # docs/ceilings.md's table, from the committed microbenchmark CSV (scripts/microbench.sh).
-        import ceilings_doc  # docs/ceilings.md's table (tools/ceilings_doc.py)
-        pages.append((CEILINGS_PAGE, [("ceilings", ceilings_doc.ceilings_section())], None))
+        # docs/ceilings.md's table, from the microbenchmark CSV (scripts/microbench.sh).
+        pages.append((CEILINGS_PAGE, [("ceilings", ceilings_doc.ceilings_section(args.ceilings_csv))], None))
     if "headline" in wanted:
         if os.path.exists(PERF_LOG):
             pages.append((PERF_LOG, [("headline", headline_section([s.name for s in all_stages], results, args.csv,
