@@ -54,6 +54,31 @@ for order in sm.ORDERS:
             check("%s covers n=%d heads=%d" % (order, n, heads), seen,
                   sorted((bh, q) for bh in range(heads) for q in range(n)))
 
+# The non-persistent grids (--dispatch, stage 33's page): by hand first.
+# One SM with 2 slots, blocks of 2 and 1 steps: both at half speed until t = 2, then the longer one alone
+# for its last step: at half speed (lone_speed 1) it ends at 4, with the whole SM (2) at 3.
+check("dispatch by hand, lone 1", sm.dispatch([2, 1], 1, 2, 1.0), 4.0)
+check("dispatch by hand, lone 2", sm.dispatch([2, 1], 1, 2, 2.0), 3.0)
+# Two SMs of one slot, one head of S = 512, Br 128, Bc 64, causal: blocks of 8, 6, 4, 2 steps; the SM
+# that took 6 takes 4 (ends at 10), the one that took 8 takes 2 (ends at 10).
+check("dispatch by hand, one head", sm.replay_dispatch("longest_first", 128, 64, 512, 512, 1, 1, 2, 1, 1.0, True,
+                                                       256, 60 << 20)[:2], (10.0, 10.0))
+# The groups: K and V within half of L2; [16, 2048, 32, 64] at 16 bits: 512 KiB a head, 60 heads in 30 MiB.
+check("group_heads S=2048 d64", sm.group_heads(512, 2048, 256, 60 << 20, True), 60)
+check("group_heads not causal", sm.group_heads(512, 2048, 256, 60 << 20, False), 1)
+for order in sm.DISPATCH_ORDERS:
+    for n in (1, 5, 16):
+        for bh, group in ((1, 1), (7, 3), (69, 30), (5, 100)):
+            got = sorted(sm.dispatch_order(order, n, bh, group))
+            check("%s covers n=%d heads=%d group=%d" % (order, n, bh, group), got,
+                  sorted((h, q) for h in range(bh) for q in range(n)))
+# Stage 33's prediction, [16, 2048, 32, 64] causal on 132 SMs x 2 slots: 1096 steps with stage 32's
+# order, 1060 with the groups of 60 heads (ideal 1055).
+ideal, end, _ = sm.replay_dispatch("longest_first", 128, 64, 2048, 2048, 16, 32, 132, 2, 1.0, True, 256, 60 << 20)
+check("page 33, S=2048 longest_first", (round(ideal, 1), round(end, 1)), (1055.0, 1096.0))
+ideal, end, group = sm.replay_dispatch("lpt_groups", 128, 64, 2048, 2048, 16, 32, 132, 2, 1.0, True, 256, 60 << 20)
+check("page 33, S=2048 lpt_groups", (round(end, 1), group), (1060.0, 60))
+
 # The command line.
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
@@ -75,6 +100,12 @@ with contextlib.redirect_stdout(out):
     check("a table", sm.main(["--block-q", "192", "--seqs", "2048", "--orders", "pairs"]), 0)
 if "1.404" not in out.getvalue():
     failures.append("the table lacks busiest/mean 1.404 for S=2048, Br 192, pairs:\n" + out.getvalue())
+
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    check("a dispatch table", sm.main(["--dispatch", "--seqs", "1024", "--block-kv", "64"]), 0)
+if "lpt_groups" not in out.getvalue() or "longest_first" not in out.getvalue():
+    failures.append("the --dispatch table lacks an order:\n" + out.getvalue())
 
 for f in failures:
     print("FAIL:", f)

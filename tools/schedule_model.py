@@ -21,6 +21,21 @@ The pages of stages 23 and 24 quote its tables ("Why pairs", and the causal rows
   python3 tools/schedule_model.py --block-q 128 --orders round_robin,longest_first,pairs
   python3 tools/schedule_model.py --block-q 128,192 --orders pairs,pairs_odd
 
+A non-persistent grid (the Ampere stages) is another kind of schedule: one thread block per tile,
+started in the order of blockIdx.x as slots free up (--dispatch: `slots` blocks resident per SM,
+each slot taking the next block when its block ends), and the kernel ends when the last block
+does. The orders there:
+
+  longest_first  a head's query blocks n - 1, ..., 0, one head after another (stages 13-32)
+  lpt_groups     the heads in groups whose K and V fit in half of L2, the first group taking the
+                 remainder; within a group query block n - 1 of every head, then n - 2, ... (stage
+                 33's block_order.h; --l2-mib and --kv-bytes-per-key size the groups)
+
+--lone-speed says how much faster a block runs while it is alone on its SM (1: no faster, each
+slot a fixed half of the SM; 2: it takes the whole SM). Stage 33's page quotes:
+
+  python3 tools/schedule_model.py --dispatch --block-q 128 --block-kv 64 --kv-bytes-per-key 256 --lone-speed 1,1.4
+
 Counts only: how long a K/V-block step takes (it depends on the tile height, the mask, the head
 dimension) is for the reader to measure; stage 24's page takes the ratio of two steps from the
 non-causal runs.
@@ -67,6 +82,69 @@ def replay(order, block_q, block_kv, seq_q, seq_kv, batch, heads, sms, causal):
     return sum(work) / blocks, max(load), blocks
 
 
+DISPATCH_ORDERS = ("longest_first", "lpt_groups")
+
+
+def group_heads(batch_heads, seq_kv, kv_bytes_per_key, l2_bytes, causal):
+    """Heads per group of lpt_groups (stage 33's group_heads): K and V within half of L2."""
+    if not causal:
+        return 1
+    return max(1, min(batch_heads, l2_bytes // 2 // max(1, seq_kv * kv_bytes_per_key)))
+
+
+def dispatch_order(order, n, batch_heads, group):
+    """(batch_head, query block) of each thread block, in the order blockIdx.x starts them."""
+    if order == "longest_first":
+        return [(bh, n - 1 - k) for bh in range(batch_heads) for k in range(n)]
+    first = batch_heads - (batch_heads - 1) // group * group
+    out, head0 = [], 0
+    while head0 < batch_heads:
+        size = first if head0 == 0 else group
+        out += [(head0 + r % size, n - 1 - r // size) for r in range(size * n)]
+        head0 += size
+    return out
+
+
+def dispatch(works, sms, slots, lone_speed):
+    """When the last block ends: blocks of the given works started in order on `slots` slots per SM.
+
+    An SM does one unit of work per unit of time when it holds `slots` blocks, shared equally; a
+    block alone on its SM runs lone_speed times as fast as a slot (at most the whole SM)."""
+    pending = list(reversed(works))
+    running = [[] for _ in range(sms)]
+    for sm in running:
+        while len(sm) < slots and pending:
+            sm.append(pending.pop())
+    alone = min(1.0, lone_speed / slots)
+    now = 0.0
+    while any(running):
+        rates = [(1.0 / slots if len(sm) == slots else alone) if sm else 0.0 for sm in running]
+        step = min(min(sm) / r for sm, r in zip(running, rates) if sm)
+        now += step
+        for i, sm in enumerate(running):
+            if not sm:
+                continue
+            left = [w - step * rates[i] for w in sm]
+            running[i] = [w for w in left if w > 1e-9]
+            while len(running[i]) < slots and pending:
+                running[i].append(pending.pop())
+    return now
+
+
+def replay_dispatch(order, block_q, block_kv, seq_q, seq_kv, batch, heads, sms, slots, lone_speed, causal,
+                    kv_bytes_per_key, l2_bytes):
+    """(ideal, end, group): the perfect split of the work over the SMs, the list scheduler's end."""
+    n = math.ceil(seq_q / block_q)
+    group = group_heads(batch * heads, seq_kv, kv_bytes_per_key, l2_bytes, causal)
+    works = [tile_blocks(q, block_q, block_kv, seq_q, seq_kv, causal)
+             for _, q in dispatch_order(order, n, batch * heads, group)]
+    return sum(works) / sms, dispatch(works, sms, slots, lone_speed), group
+
+
+def float_list(text):
+    return [float(x) for x in text.split(",") if x]
+
+
 def int_list(text):
     return [int(x) for x in text.split(",") if x]
 
@@ -81,10 +159,22 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--sms", type=int, default=132, help="SMs, i.e. persistent thread blocks (default 132, the H200)")
-    p.add_argument("--orders", default="pairs", help="comma list of %s (default pairs)" % ", ".join(ORDERS))
+    p.add_argument("--orders", default=None,
+                   help="comma list of %s (default pairs); with --dispatch of %s (default both)"
+                   % (", ".join(ORDERS), ", ".join(DISPATCH_ORDERS)))
     p.add_argument("--not-causal", action="store_true", help="every tile visits every K/V block")
+    p.add_argument("--dispatch", action="store_true",
+                   help="a non-persistent grid: orders longest_first,lpt_groups (default both)")
+    p.add_argument("--slots", type=int, default=2, help="--dispatch: blocks resident per SM (default 2)")
+    p.add_argument("--lone-speed", type=float_list, default=[1.0],
+                   help="--dispatch: speed of a block alone on its SM, in slots (default 1)")
+    p.add_argument("--kv-bytes-per-key", type=int, default=256,
+                   help="--dispatch: K and V bytes of one key and head (default 256: head_dim 64, 16 bit)")
+    p.add_argument("--l2-mib", type=int, default=60, help="--dispatch: L2 size in MiB (default 60, the H200)")
     a = p.parse_args(argv)
-    orders = [o for o in a.orders.split(",") if o]
+    if a.dispatch:
+        return main_dispatch(p, a)
+    orders = [o for o in (a.orders or "pairs").split(",") if o]
     bad = [o for o in orders if o not in ORDERS]
     if bad:
         p.error("unknown order %s (known: %s)" % (", ".join(bad), ", ".join(ORDERS)))
@@ -100,6 +190,33 @@ def main(argv=None):
                 mean, busiest, _ = replay(order, block_q, a.block_kv, seq, a.seq_kv or seq, a.batch, a.heads,
                                           a.sms, causal)
                 print("%6d %5d %-14s %10.1f %10d %13.3f" % (seq, block_q, order, mean, busiest, busiest / mean))
+    return 0
+
+
+def main_dispatch(p, a):
+    orders = [o for o in a.orders.split(",") if o] if a.orders else list(DISPATCH_ORDERS)
+    bad = [o for o in orders if o not in DISPATCH_ORDERS]
+    if bad:
+        p.error("unknown --dispatch order %s (known: %s)" % (", ".join(bad), ", ".join(DISPATCH_ORDERS)))
+    if min(a.block_q + [a.block_kv, a.batch, a.heads, a.sms, a.slots, a.kv_bytes_per_key, a.l2_mib]
+           + a.seqs) < 1 or a.seq_kv < 0 or min(a.lone_speed) <= 0:
+        p.error("sizes must be positive")
+    causal = not a.not_causal
+    print("A grid of one thread block per tile, batch %d x heads %d, %d SMs x %d slots, Bc %d, %s; "
+          "K/V-block steps until the last block ends (ideal: the work over the SMs)"
+          % (a.batch, a.heads, a.sms, a.slots, a.block_kv, "causal" if causal else "not causal"))
+    print("%6s %5s %-14s %6s %6s %10s %10s %10s" % ("S", "Br", "order", "group", "lone", "ideal", "end",
+                                                     "end/ideal"))
+    for seq in a.seqs:
+        for block_q in a.block_q:
+            for lone in a.lone_speed:
+                for order in orders:
+                    ideal, end, group = replay_dispatch(order, block_q, a.block_kv, seq, a.seq_kv or seq, a.batch,
+                                                        a.heads, a.sms, a.slots, lone, causal, a.kv_bytes_per_key,
+                                                        a.l2_mib << 20)
+                    shown = group if order == "lpt_groups" else 1
+                    print("%6d %5d %-14s %6d %6.2f %10.1f %10.1f %10.3f" % (seq, block_q, order, shown, lone, ideal,
+                                                                            end, end / ideal))
     return 0
 
 
