@@ -6,13 +6,11 @@
 # shuffled rounds, causal at S = 1024-8192 (the prediction: 33 faster by 4.2-5.3% at 1024, 2.0-3.3%
 # at 2048, 1.5-1.7% at 4096, 0.7-0.8% at 8192; docs/stages/33_lpt_order.md), both dtypes and head
 # dims, with two probes of the L2 share that sizes the groups: 93 = a quarter of L2, 94 = all of
-# it; (3) 32 and 33 without causal (the same order: equal within the rounds' spread); (4) ncu of the
-# Hopper stages whose pages have no profile (25-29; issue 11: tensor-pipe use and stalls on every
-# page), one shape each, at unmodified clocks.
+# it; (3) 32 and 33 without causal (the same order: equal within the rounds' spread). About 5
+# minutes. (The Hopper pages' ncu profiles are call46.sh.)
 # Run as: REV=<commit> bash docs/evidence/ampere/call45.sh (pass REV from this machine: the device
 # copy's git log is not this tree's). Trimmed tree; everything appended to $OUT/call45.txt, the
-# interleaved CSVs and the ncu reports beside it (at most 8 files come back: the ncu reports are
-# concatenated into one file).
+# interleaved CSVs beside it.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 [ -n "$MAKE_ONLY" ] || : "${REV:?set REV to the commit under test, from this machine: the device copy's git log is not this tree's}"
@@ -21,7 +19,7 @@ left() { echo $(( ${LIMIT:-585} - ($(date +%s) - T0) )); }
 LOG=${OUT:-/tmp}/call45.txt
 W=${W:-/tmp/trim45}; rm -rf $W; mkdir -p $W/stages $W/.deps
 cp -r CMakeLists.txt common tools tests scripts $W/; cp -r .deps/include $W/.deps/ 2>/dev/null
-for s in 32_skip_padding 33_lpt_order 25_balanced_pairs 26_gqa 27_lse 28_tile_choice 29_feature_switches; do
+for s in 32_skip_padding 33_lpt_order; do
   cp -r stages/$s $W/stages/
 done
 probe() {  # probe NAME DIVISOR: stage 33 with another share of L2 for a group's K and V
@@ -58,17 +56,5 @@ FA_GIT_REV=$REV timeout 150 $I --stages 32,33 --references fa2 --reps 40 --csv $
   > /tmp/headline.log 2>&1; echo "headline rounds rc=$? $(t)" | tee -a $LOG
 cat /tmp/causal.log /tmp/headline.log >> $LOG
 
-# (4) ncu of stages 25-29, one shape each (the shape each stage is about), while time is left.
-R="$W/build/fa_run --dtype fp16 --batch 16 --heads 32 --warmup 0 --reps 1"
-N="ncu --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section SchedulerStats"
-for spec in "25_balanced_pairs --head-dim 64 --seq 2048 --causal" "26_gqa --head-dim 128 --seq 4096 --kv-heads 8" \
-            "27_lse --head-dim 128 --seq 4096 --lse" "28_tile_choice --head-dim 64 --seq 2048" \
-            "29_feature_switches --head-dim 128 --seq 4096"; do
-  limit=$(left); [ "$limit" -lt 40 ] && { echo "ncu $spec: not run (time)" | tee -a $LOG; continue; }
-  set -- $spec; st=$1; shift
-  echo "=== ncu $st $*" >> $OUT/ncu_25_29.txt
-  timeout $(( limit < 90 ? limit : 90 )) $N $R --stage $st "$@" >> $OUT/ncu_25_29.txt 2>&1
-  echo "ncu $st $* rc=$? $(t)" | tee -a $LOG
-done
 echo "done $(t)" | tee -a $LOG
 grep -hE "^(fp16|bf16)|^3[23]_|^9[34]_|^fa2|^cudnn" /tmp/causal.log | cut -c1-84
