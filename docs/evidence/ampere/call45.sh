@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NOT RUN YET: prepared in the eleventh session for the next one (its CPU part -- the trimmed tree,
+# Run in the twelfth session (REV=c5627e7, output in call45/). Prepared in the eleventh (its CPU part -- the trimmed tree,
 # the probes' edits, configure and build -- checked on the CPU with MAKE_ONLY=1 ARCH=80 JOBS=2).
 # Call 45: (1) stage 33_lpt_order's first GPU run: its stage, causal, any-length, GQA, LSE, ALiBi and
 # hardening suites and memcheck on every general shape; (2) stages 32 and 33 with FA2 and cuDNN in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NOT RUN YET: prepared in the eleventh session for the next one.
+# Run in the twelfth session (at c5627e7; output in call46/). Prepared in the eleventh.
 # Call 46: issue 11 asks for ncu evidence on every Hopper page (tensor-pipe use and the stall the stage
 # attacks); the pages of stages 18, 20, 22, 23 and 25-29 have none that says both. One profile per
 # stage at the shape its page is about, fp16, at unmodified clocks (--clock-control none), plus the
