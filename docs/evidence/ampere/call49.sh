@@ -54,8 +54,13 @@ tar -czf $OUT/traces.tar.gz -C $TR .
 # (2) Stall reasons on the Hopper pages.
 if [ "${HOPPER:-1}" = 1 ]; then
   ncu --query-metrics --chip gh100 > /tmp/ncu_all_metrics.txt 2>&1
-  M=$(grep -oE "^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active" /tmp/ncu_all_metrics.txt | sort -u | sed 's/$/.ratio/' | paste -sd, -)
-  echo "stall metrics: $(echo $M | tr ',' '\n' | wc -l)" | tee -a $LOG
+  P=smsp__average_warps_issue_stalled_; S=_per_issue_active
+  M=$(grep -oE "^${P}[a-z_]+${S}" /tmp/ncu_all_metrics.txt | sort -u | sed 's/$/.ratio/' | paste -sd, -)
+  if [ -z "$M" ]; then  # fallback: the per-warp latency totals (page 17's metrics)
+    P=smsp__average_warp_latency_issue_stalled_; S=
+    M=$(grep -oE "^${P}[a-z_]+" /tmp/ncu_all_metrics.txt | sort -u | sed 's/$/.ratio/' | paste -sd, -)
+  fi
+  echo "stall metrics ($P*$S): $(echo $M | tr ',' '\n' | grep -c .)" | tee -a $LOG
   [ -n "$M" ] || { echo "no per-reason stall metric in this ncu" | tee -a $LOG; }
   M+=",sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warp_latency_per_inst_issued.ratio"
   R="$W/build/fa_run --dtype fp16 --batch 16 --heads 32 --warmup 0 --reps 1"
@@ -74,8 +79,8 @@ if [ "${HOPPER:-1}" = 1 ]; then
     echo "ncu $st $* rc=$? $(t)" | tee -a $LOG
   done
   # the three largest reasons of each report
-  awk '/^=== /{if(h)print h": "top(); h=$0; n=0; delete v; next}
-       /smsp__average_warps_issue_stalled_/{gsub(",","",$NF); r=$1; sub("smsp__average_warps_issue_stalled_","",r); sub("_per_issue_active.ratio","",r); v[r]=$NF+0}
+  awk -v P="$P" -v S="$S.ratio" '/^=== /{if(h)print h": "top(); h=$0; n=0; delete v; next}
+       index($1, P) == 1 {gsub(",","",$NF); r=$1; sub(P,"",r); sub(S,"",r); v[r]=$NF+0}
        function top(  s,k,b,i,best){s=""; for(i=0;i<3;i++){b=-1; for(k in v) if(v[k]>b){b=v[k]; best=k}; if(b<0)break; s=s best"="b" "; delete v[best]}; return s}
        END{if(h)print h": "top()}' $OUT/ncu_stalls.txt | tee -a $LOG
 fi
