@@ -2,7 +2,7 @@
 # NOT RUN YET: prepared in the twelfth session for the next one (its CPU part -- the probes' edits,
 # configure and build of the trimmed tree -- checked with MAKE_ONLY=1 ARCH=80 JOBS=2 HOPPER=0;
 # trace_summary.py checked on a synthetic trace).
-# Call 49, two questions, about 3-4 minutes:
+# Call 49, three questions, about 4-5 minutes:
 # (1) Stage 33 gained about half of what tools/schedule_model.py --dispatch predicted (call 45; its
 #     page). Does the GPU start thread blocks in blockIdx.x order on whichever slot frees first, with
 #     two blocks per SM? Schedule-trace probes of stages 33 (95) and 32 (96) (trace_probe.py: each
@@ -13,7 +13,8 @@
 #     the same shapes with every per-reason stall metric this ncu has
 #     (smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio: cycles per issued
 #     instruction spent in each reason, the breakdown of "Warp Cycles Per Issued Instruction").
-# Run as: bash docs/evidence/ampere/call49.sh. Output: $OUT/call49.txt (log and summaries),
+# (3) Issue 11's head_dim 128 S = 1024 margin: the persistent grid's last, 4-tile round (see (3) below).
+# Run as: REV=<commit> bash docs/evidence/ampere/call49.sh. Output: $OUT/call49.txt (log and summaries),
 # $OUT/traces.tar.gz (the trace CSVs), $OUT/ncu_stalls.txt (every report).
 set -o pipefail
 export PYTHONUNBUFFERED=1
@@ -25,13 +26,13 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 W=${W:-/tmp/trim49}; rm -rf $W; mkdir -p $W/stages
 cp -r CMakeLists.txt common tools tests $W/
 HOPPER_STAGES="17_tma_ring 18_warp_specialized 19_overlap 20_persistent 21_pingpong 22_any_length 23_causal
-  24_three_warpgroups 25_balanced_pairs 26_gqa 27_lse 28_tile_choice 29_feature_switches"
+  24_three_warpgroups 25_balanced_pairs 26_gqa 27_lse 28_tile_choice 29_feature_switches 30_lazy_rescale"
 [ "${HOPPER:-1}" = 1 ] && for s in $HOPPER_STAGES; do cp -r stages/$s $W/stages/; done
 for s in 32_skip_padding 33_lpt_order; do cp -r stages/$s $W/stages/; done
 cp -r stages/33_lpt_order $W/stages/95_probe_trace33 && python3 $HERE/trace_probe.py $W/stages/95_probe_trace33 33_lpt_order || exit 2
 cp -r stages/32_skip_padding $W/stages/96_probe_trace32 && python3 $HERE/trace_probe.py $W/stages/96_probe_trace32 32_skip_padding || exit 2
 cmake -S $W -B $W/build -G Ninja -DCMAKE_CUDA_ARCHITECTURES=${ARCH:-90} -DFA_BUILD_TESTS=OFF > /tmp/configure49.log 2>&1
-cmake --build $W/build --parallel ${JOBS:-16} --target fa_run > /tmp/build49.log 2>&1; echo "build rc=$? $(t)" | tee -a $LOG
+cmake --build $W/build --parallel ${JOBS:-16} --target fa_run fa_capi > /tmp/build49.log 2>&1; echo "build rc=$? $(t)" | tee -a $LOG
 grep -m5 -E "error|FAILED" /tmp/build49.log | tee -a $LOG
 [ -n "$MAKE_ONLY" ] && exit 0
 
@@ -50,6 +51,22 @@ for spec in "64 1024 --causal" "64 2048 --causal" "128 1024 --causal" "128 2048 
 done
 python3 $HERE/trace_summary.py $TR/*.csv | tee -a $LOG
 tar -czf $OUT/traces.tar.gz -C $TR .
+
+# (3, first, before any ncu) Issue 11's thinnest shape, head_dim 128 S = 1024: 16 x 32 heads x 8 query
+# tiles = 4,096 tiles on 132 persistent blocks = 31.03 rounds, so 4 blocks run a 32nd tile alone
+# (3.0% of the time, if a tile-time is the unit); 15 x 33 heads = 3,960 tiles = 30 whole rounds.
+# Prediction if the quantization is what cuDNN does not pay: stages 21 and 30 gain about 3% of
+# TFLOP/s from [16, 1024, 32] to [15, 1024, 33] against cuDNN's change.
+if [ "${HOPPER:-1}" = 1 ]; then
+  for bh in "16 32" "15 33"; do
+    set -- $bh
+    FA_GIT_REV=${REV:-unknown} timeout 90 python3 $W/tools/interleaved.py --lib $W/build/libfa_capi.so --stages 21,30 \
+      --dtype fp16,bf16 --head-dim 128 --seqs 1024 --batch $1 --heads $2 --reps 60 \
+      --csv $OUT/interleaved_quantization_b$1_h$2.csv > /tmp/quant_$1_$2.log 2>&1
+    echo "quantization [$1, 1024, $2, 128] rc=$? $(t)" | tee -a $LOG
+    grep -E "^(fp16|bf16)|^2[1]_|^30_|^fa2|^cudnn" /tmp/quant_$1_$2.log | cut -c1-84 | tee -a $LOG
+  done
+fi
 
 # (2) Stall reasons on the Hopper pages.
 if [ "${HOPPER:-1}" = 1 ]; then
