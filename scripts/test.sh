@@ -106,9 +106,10 @@ cmake --build "$build_dir" --parallel "$jobs"
 
 cd "$build_dir"
 # --no-tests=error: a configure that switched the tests off must not read as a pass.
-mkdir -p Testing
+# The console copy lives beside Testing/, not in it: in one CI run (fresh clone, 2026-12-03) a copy
+# tee'd into Testing/ was gone by the time the skip reasons below were read, and they went unprinted.
 set +e
-ctest --output-on-failure --parallel "$jobs" --no-tests=error 2>&1 | tee Testing/ctest_console.log
+ctest --output-on-failure --parallel "$jobs" --no-tests=error 2>&1 | tee ctest_console.log
 ctest_rc=${PIPESTATUS[0]}
 set -e
 
@@ -116,7 +117,7 @@ set -e
 # CTest lists the skipped tests at the end of its console output ("  12 - name (Skipped)"); each
 # one's own output is in Testing/Temporary/LastTest.log, where a skipping test prints a line
 # "SKIPPED: <reason>" (tests/check_sass.py: "SKIP: <reason>").
-mapfile -t skipped < <(sed -nE 's/^[[:space:]]+[0-9]+ - (.+) \(Skipped\)$/\1/p' Testing/ctest_console.log)
+mapfile -t skipped < <(sed -nE 's/^[[:space:]]+[0-9]+ - (.+) \(Skipped\)$/\1/p' ctest_console.log)
 if ((${#skipped[@]})); then
   say "skipped (${#skipped[@]}), and why:"
   for name in "${skipped[@]}"; do
