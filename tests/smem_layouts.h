@@ -15,7 +15,18 @@ struct StageLayout {
   const char* stage;  // folder name, e.g. "04_swizzle"
   TileOffsetFn tile_offset;
   int ldmatrix_conflict_ways;  // the layout's declared kLdmatrixConflictWays (1 or 8)
+  // The layout's kTileInBoxes: true where the tile is TMA boxes of 64 rows x 64 columns, each a
+  // contiguous 8 KB (stage 34 on: O leaves through TMA stores); false (the default, for stages
+  // whose smem_layout.h does not declare it) for rows of row_elems elements one after the other.
+  bool tile_in_boxes;
 };
+
+// The default of kTileInBoxes, for the layouts that do not declare it. The generated translation
+// unit makes it visible in the stage's namespace through a using-directive: a qualified name finds
+// the stage's own declaration first, and this one only where the stage has none.
+namespace defaults {
+constexpr bool kTileInBoxes = false;
+}
 
 // Generated from FA_STAGES (tests/CMakeLists.txt), in registry order.
 extern const StageLayout* const kStageLayouts[];

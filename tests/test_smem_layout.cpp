@@ -187,7 +187,7 @@ TEST_CASE("16-byte global->shared copies are conflict-free in every stage", "[sm
 // swizzled layout, every lane of every ldmatrix addressing, and both head dims.
 TEST_CASE("swizzled layouts: +16 rows and +64 columns are constant shifts (the lane bases of LaneAddress)", "[smem]") {
   for (const StageLayout& s : stage_layouts()) {
-    if (!swizzle_expected(s)) continue;
+    if (!swizzle_expected(s) || s.tile_in_boxes) continue;  // boxes: the next test case
     for (int row_elems : kRowElemsCases) {
       for (const Addressing& a : kLdmatrixAddressings) {
         INFO("stage " << s.stage << ", row_elems " << row_elems << ", loading " << a.what);
@@ -205,6 +205,30 @@ TEST_CASE("swizzled layouts: +16 rows and +64 columns are constant shifts (the l
           }
         CHECK(mismatches == 0);
       }
+    }
+  }
+}
+
+// From stage 34 on, O's staging tile is what a TMA store reads: boxes of 64 rows x 64 columns, each
+// a contiguous 8 KB (so, from a 1024-byte aligned tile, on a 1024-byte boundary: the 128-byte
+// swizzle's period), box (slab s, panel p) at element 64 * 64 * (s * panels + p), its rows 128 bytes
+// apart (the box's row pitch).
+TEST_CASE("box layouts: every 64 x 64 box is contiguous, 1024-byte aligned, with 128-byte rows", "[smem]") {
+  for (const StageLayout& s : stage_layouts()) {
+    if (!s.tile_in_boxes) continue;
+    for (int row_elems : kRowElemsCases) {
+      INFO("stage " << s.stage << ", row_elems " << row_elems);
+      const int panels = row_elems / 64;
+      int outside_box = 0, off_row = 0;
+      for (int row = 0; row < kMaxTileRows; ++row)
+        for (int col = 0; col < row_elems; ++col) {
+          const int box_start = 64 * 64 * ((row / 64) * panels + col / 64);
+          const int offset = s.tile_offset(row, col, row_elems) - box_start;
+          if (offset < 0 || offset >= 64 * 64) ++outside_box;
+          else if (offset / 64 != row % 64) ++off_row;  // 64 elements = 128 bytes a row
+        }
+      CHECK(outside_box == 0);
+      CHECK(off_row == 0);
     }
   }
 }
