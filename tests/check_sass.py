@@ -221,6 +221,19 @@ def parent_arch(decl: Declaration, parent: stages.Stage, arch: str) -> str:
     return arch
 
 
+def wgmma_groups(kernel: sass.Kernel) -> tuple[int, int]:
+    """(HGMMA count, how many of them end a commit group: the ones marked gsb0).
+
+    A stage issues its wgmmas in commit groups of 4-8 (one per 16 of the K dimension), and only each
+    group's last HGMMA carries gsb0, the scoreboard its wait reads: at most a quarter of them. When
+    ptxas cannot keep the wgmmas asynchronous (its "(C7515)" to "(C7520) Potential Performance Loss:
+    wgmma.mma_async instructions are serialized" messages, which a build prints but no test reads),
+    it waits after every HGMMA, and every one carries gsb0 (stage 35's first version, call 53: 64 of
+    64, 30-45% slower). The check allows half, a margin over any grouping we write."""
+    hgmma = [i for i in kernel.instructions if i.opcode.startswith("HGMMA")]
+    return len(hgmma), sum(1 for i in hgmma if "gsb0" in i.operands)
+
+
 def check_stage(decl: Declaration, kernels: list[sass.Kernel], parent_kernels: list[sass.Kernel] | None,
                 columns: list[str], report: Report, not_evaluated: list[str]) -> set[str]:
     """Checks one stage's kernels, prints its table; returns the architectures it checked."""
@@ -250,6 +263,10 @@ def check_stage(decl: Declaration, kernels: list[sass.Kernel], parent_kernels: l
             problems.append("spills: %d LDL + %d STL > budget %d for %s%s"
                             % (kernel.count("LDL"), kernel.count("STL"), allowed, kernel.arch,
                                " (%s)" % decl.spill_why if decl.spill_why else " (no budget declared)"))
+        hgmma, group_ends = wgmma_groups(kernel)
+        if not report.expect(hgmma == 0 or 2 * group_ends <= hgmma, where):
+            problems.append("wgmma serialized: %d of %d HGMMA end a group (gsb0); ptxas's C7515-C7520 "
+                            "messages say why (a wgmma or its wait in a divergent path, ...)" % (group_ends, hgmma))
         if decl.checks:
             problems += compare_with_parent(decl, kernel, parent_kernels, report, not_evaluated)
         print("  %-7s %-14s %s  %s" % (kernel.arch, kernel.label,
