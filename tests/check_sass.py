@@ -229,7 +229,7 @@ def wgmma_groups(kernel: sass.Kernel) -> tuple[int, int]:
     ptxas cannot keep the wgmmas asynchronous (its "(C7515)" to "(C7520) Potential Performance Loss:
     wgmma.mma_async instructions are serialized" messages, which a build prints but no test reads),
     it waits after every HGMMA, and every one carries gsb0 (stage 35's first version, call 53: 64 of
-    64, 30-45% slower). The check allows half, a margin over any grouping we write."""
+    64, launches 20-58% longer). The check allows half, a margin over any grouping we write."""
     hgmma = [i for i in kernel.instructions if i.opcode.startswith("HGMMA")]
     return len(hgmma), sum(1 for i in hgmma if "gsb0" in i.operands)
 
