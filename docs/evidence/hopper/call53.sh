@@ -25,7 +25,9 @@ W=${W:-/tmp/trim53}; rm -rf $W; mkdir -p $W/stages $W/.deps
 cp -r CMakeLists.txt common tools tests scripts $W/; cp -r .deps/include $W/.deps/ 2>/dev/null
 for s in 30_lazy_rescale 34_tma_store; do cp -r stages/$s $W/stages/; done
 cp -r stages/34_tma_store $W/stages/35_cross_tile
-cp docs/evidence/hopper/call53/stage35_cross_tile/* $W/stages/35_cross_tile/
+# the experiment: stage 34's kernel with the first version's changes (kept as a patch against it)
+cp docs/evidence/hopper/call53/stage35_cross_tile/stage.json $W/stages/35_cross_tile/
+patch -s $W/stages/35_cross_tile/kernel.cu < docs/evidence/hopper/call53/stage35_cross_tile/kernel_from_34.patch
 cmake -S $W -B $W/build -G Ninja -DCMAKE_CUDA_ARCHITECTURES=${ARCH:-90} > /tmp/configure53.log 2>&1
 cmake --build $W/build --parallel ${JOBS:-16} > /tmp/build53.log 2>&1; echo "build rc=$? $(t)" | tee -a $LOG
 grep -m5 -E "error|FAILED" /tmp/build53.log | tee -a $LOG
