@@ -42,6 +42,30 @@ __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// ---- mma.sync.m16n8k8, fp32 accumulate -------------------------------------------------------
+// d[4] (+)= a[2] (16x8, row-major) * b (8x8, "col-major"): the first k-half of m16n8k16, with
+// the same fragments cut in half (fragment_layout.h: A entries 0-3, B entries 0-1; C unchanged).
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k8(float (&d)[4], const uint32_t (&a)[2], uint32_t b);
+
+template <>
+__device__ __forceinline__ void mma_m16n8k8<__half>(float (&d)[4], const uint32_t (&a)[2], uint32_t b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
+template <>
+__device__ __forceinline__ void mma_m16n8k8<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[2], uint32_t b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
 // ---- ldmatrix: 8x8 matrices of 16-bit elements, shared memory -> registers ------------------
 // Lane l gives the address of row (l % 8) of matrix (l / 8); matrix i lands in register i.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr) {

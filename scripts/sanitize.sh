@@ -18,7 +18,8 @@
 #   causal:     --layout contiguous --batch 2 --heads 2 --seq 333 --seq-kv 200 --causal
 #   gqa:        --layout mixed --batch 2 --heads 4 --kv-heads 1 --seq 200 --seq-kv 333 --causal
 #   lse:        --layout contiguous --batch 2 --heads 4 --kv-heads 2 --seq 333 --seq-kv 200 --causal --lse
-#   alibi:      --layout mixed --batch 2 --heads 4 --kv-heads 2 --seq 200 --seq-kv 333 --lse --alibi
+#   alibi:      --layout mixed --batch 2 --heads 4 --kv-heads 2 --seq 333 --seq-kv 400 --lse --alibi
+#               (K/V blocks left of, across and right of the diagonal: stage 36's three kinds of step)
 #
 # Usage:
 #   scripts/sanitize.sh                          every tool; builds fa_run first (incremental)
@@ -193,7 +194,7 @@ declare -A general_args=(
   [causal]="--layout contiguous --batch 2 --heads 2 --seq 333 --seq-kv 200 --causal"
   [gqa]="--layout mixed --batch 2 --heads 4 --kv-heads 1 --seq 200 --seq-kv 333 --causal"
   [lse]="--layout contiguous --batch 2 --heads 4 --kv-heads 2 --seq 333 --seq-kv 200 --causal --lse"
-  [alibi]="--layout mixed --batch 2 --heads 4 --kv-heads 2 --seq 200 --seq-kv 333 --lse --alibi"
+  [alibi]="--layout mixed --batch 2 --heads 4 --kv-heads 2 --seq 333 --seq-kv 400 --lse --alibi"
 )
 declare -A general_features=(
   [any_length]="any_length"

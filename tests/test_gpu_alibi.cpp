@@ -112,6 +112,22 @@ TEST_CASE("alibi: negative slopes, the farthest keys weigh most", "[gpu][alibi]"
                        {}, slopes_all(-0.05f, false));
 }
 
+TEST_CASE("alibi: K/V blocks wholly left and right of the diagonal, where stage 36 adds the bias on the tensor cores",
+          "[gpu][alibi]") {
+  // 640: query blocks whose K/V blocks lie on both sides; 333 / 1000: the diagonal offset moves them
+  // (and puts every block of some query blocks on one side). q = 0 with slope 8 leaves only the
+  // bias, so a column or row term off by one key moves the row's weight; slope 3000 is past what
+  // fp16 parts of the column term hold (the per-score path); -0.05 weighs the far blocks most.
+  const std::pair<int64_t, int64_t> shapes[] = {{640, 640}, {333, 1000}, {1000, 333}};
+  for (bool causal : {false, true})
+    for (const auto& [seq_q, seq_kv] : shapes) {
+      const std::string shape = shape_name(seq_q, seq_kv, causal, AlibiKind::kPerHead);
+      check_alibi_stages("q = 0, slope 8, " + shape, seq_q, seq_kv, causal, {}, slopes_all(8.0f, true));
+      check_alibi_stages("q = 0, slope 3000, " + shape, seq_q, seq_kv, causal, {}, slopes_all(3000.0f, true));
+      check_alibi_stages("slope -0.05, " + shape, seq_q, seq_kv, causal, {}, slopes_all(-0.05f, false));
+    }
+}
+
 TEST_CASE("alibi: with grouped-query attention, the slope is the query head's", "[gpu][alibi][gqa]") {
   for (bool causal : {false, true})
     check_alibi_stages(

@@ -1,0 +1,113 @@
+// ALiBi's column term on the tensor cores (stages/36_alibi_mma/column_term.h), on the CPU: the
+// 16-bit parts of a * c add up to a * c, and the m16n8k8 product of the fragments that each lane
+// holds is sign * a * c at every (row, column) of the tile.
+//
+// The product is formed from the fragments as the PTX ISA lays them out for m16n8k8 (A: lane l,
+// register i holds row mma_a_row(l, 2 i), columns mma_a_col(l, 2 i) and + 1; B: lane l holds rows
+// mma_b_k(l, 0) and mma_b_k(l, 1) of column mma_b_n(l, 0); fragment_layout.h's m16n8k16 entries
+// 0-3 and 0-1, the first k-half), so a part in the wrong lane, half or register is caught here
+// rather than as a slightly wrong softmax on the GPU.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "fa_catch.h"
+
+#define FA_STAGE_NAMESPACE stage36_column_term
+#include "stages/36_alibi_mma/column_term.h"
+
+namespace {
+
+using stage36_column_term::column_term_a;
+using stage36_column_term::column_term_b;
+using stage36_column_term::column_term_part;
+using stage36_column_term::ColumnTermFormat;
+
+template <typename T>
+float to_float(uint16_t bits) {
+  if constexpr (std::is_same_v<T, __half>) {
+    __half_raw raw;
+    raw.x = bits;
+    return __half2float(__half(raw));
+  } else {
+    __nv_bfloat16_raw raw;
+    raw.x = bits;
+    return __bfloat162float(__nv_bfloat16(raw));
+  }
+}
+
+// The slopes in raw-score units the kernels see: FlashAttention's geometric slopes over the
+// softmax scales of head_dim 64 and 128, steep and negative ones, and values near fp16's bound.
+const float kSlopes[] = {0.0f,   1.0f / 256, 0.0039f, 0.35f, 0.84f / 0.125f, 8.0f / 0.0884f,
+                         -0.05f, -90.5f,     1e-7f,   3.3e-5f, 500.0f, 32767.0f / 63};
+
+template <typename T>
+void check_parts() {
+  for (float a : kSlopes)
+    for (int c = 0; c < 64; ++c) {
+      const float x = a * static_cast<float>(c);
+      double sum = 0.0;
+      for (int part = 0; part < 4; ++part) sum += to_float<T>(column_term_part<T>(x, part));
+      INFO("a = " << a << ", c = " << c);
+      CHECK(std::fabs(sum - x) <= std::ldexp(std::fabs(x), -21) + std::ldexp(1.0, -24));
+      CHECK(column_term_part<T>(x, ColumnTermFormat<T>::kParts) == 0);  // no part past kParts
+    }
+}
+
+// Unpack lane l's fragments and multiply them out: D(row, col) = sum_k A(row, k) B(k, col).
+template <typename T>
+void check_product(float slope_raw, float sign, int n_tile) {
+  float a[16][8] = {}, b[8][8] = {};
+  bool a_set[16][8] = {}, b_set[8][8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    const uint32_t a_reg = column_term_a<T>(sign, lane);  // the same register for both rows
+    for (int i = 0; i < 2; ++i)
+      for (int half = 0; half < 2; ++half) {
+        const int row = fa::mma_a_row(lane, 2 * i + half), k = fa::mma_a_col(lane, 2 * i + half);
+        REQUIRE_FALSE(a_set[row][k]);  // every element from exactly one lane
+        a_set[row][k] = true;
+        a[row][k] = to_float<T>(static_cast<uint16_t>(a_reg >> (16 * half)));
+      }
+    const uint32_t b_reg = column_term_b<T>(slope_raw, n_tile, lane);
+    for (int half = 0; half < 2; ++half) {
+      const int k = fa::mma_b_k(lane, half), col = fa::mma_b_n(lane, half);
+      REQUIRE_FALSE(b_set[k][col]);
+      b_set[k][col] = true;
+      b[k][col] = to_float<T>(static_cast<uint16_t>(b_reg >> (16 * half)));
+    }
+  }
+  for (int row = 0; row < 16; ++row)
+    for (int col = 0; col < 8; ++col) {
+      REQUIRE(a_set[row][col]);
+      REQUIRE(b_set[row % 8][col]);
+      double d = 0.0;
+      for (int k = 0; k < 8; ++k) d += static_cast<double>(a[row][k]) * b[k][col];
+      const double expected = sign * slope_raw * static_cast<float>(8 * n_tile + col);
+      INFO("slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile << ", row " << row << ", col "
+                        << col);
+      CHECK(std::fabs(d - expected) <= std::ldexp(std::fabs(expected), -21) + std::ldexp(1.0, -24));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("alibi column term: the 16-bit parts of a * c add up to it within 2^-21 (and fp16's subnormal step)", "[alibi][column_term]") {
+  check_parts<__half>();
+  check_parts<__nv_bfloat16>();
+}
+
+TEST_CASE("alibi column term: each lane's m16n8k8 fragments multiply out to sign * a * c", "[alibi][column_term]") {
+  for (float a : kSlopes)
+    for (float sign : {1.0f, -1.0f})
+      for (int n_tile = 0; n_tile < 8; ++n_tile) {
+        check_product<__half>(a, sign, n_tile);
+        check_product<__nv_bfloat16>(a, sign, n_tile);
+      }
+}
+
+TEST_CASE("alibi column term: fp16's bound keeps every part finite", "[alibi][column_term]") {
+  const float a = ColumnTermFormat<__half>::kMaxColumnTerm / 63;  // the largest the kernel lets through
+  for (int part = 0; part < ColumnTermFormat<__half>::kParts; ++part)
+    CHECK(std::isfinite(to_float<__half>(column_term_part<__half>(a * 63, part))));
+  CHECK(ColumnTermFormat<__half>::kMaxColumnTerm < 65504.0f);
+}
