@@ -7,7 +7,8 @@
 // The column part is a rank-one matrix, the same in every block of a side: one m16n8k8 MMA per
 // n-tile adds it to the scores, its operands held in 12 registers for the whole loop; the row part
 // moves into the running maximum (4 instructions a row). The blocks the diagonal crosses, and the
-// masked ones, keep stage 33's bias per score; without slopes nothing changes.
+// masked ones, keep stage 33's bias per score, and so does head_dim 128, whose kernel has no
+// registers to spare (Config::kColumnTerm); without slopes nothing changes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -71,6 +72,10 @@ struct Config {
   static constexpr int kKeySteps = kBlockKV / kMmaK;  // k-steps of O += P V
   static constexpr int kKeyTiles = kBlockKV / kMmaN;  // n-tiles of S
   static constexpr int kDimTiles = kHeadDim / kMmaN;  // n-tiles of O
+  // ALiBi's column term on the tensor cores at head_dim 64 only: at 128 the kernel is already at
+  // 255 registers, and the column term's 12 made ptxas spill inside the K/V loops (12-17 LDL a loop
+  // against stage 33's 8); the slopes then cost 12-16% there against stage 33's 5% (call 58).
+  static constexpr bool kColumnTerm = kHeadDim == 64;
 };
 
 // ========================= shared-memory layout =========================
@@ -476,6 +481,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     alibi_slope_raw = p.alibi.data[batch * p.alibi.batch_stride + head] / p.softmax_scale;
     alibi_row_distance0 = static_cast<int>(q_block * kBlockQ + diagonal_offset) + warp_row0 + mma_c_row(lane, 0);
     alibi_distance0 = alibi_row_distance0 - mma_c_col(lane, 0);
+  }
+  if constexpr (kAlibi && Cfg::kColumnTerm) {
     // The column term's operands (column_term.h), where its parts can hold a * c (not NaN, and in
     // fp16's range); otherwise every block takes the bias per score.
     column_term_fits = fabsf(alibi_slope_raw) * (kBlockKV - 1) < ColumnTermFormat<T>::kMaxColumnTerm;
@@ -552,7 +559,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
   const int unmasked_blocks = static_cast<int>(min(first_row_keys, p.seq_kv) / kBlockKV);
   int kv_block = 0;
   static_assert(Cfg::kKeySteps == 4, "one case below per count of 16-key groups");
-  if constexpr (kAlibi) {
+  if constexpr (kAlibi && Cfg::kColumnTerm) {
     // Of the unmasked blocks, those left of the diagonal for every row of this query block (the
     // last key kv0 + kBlockKV - 1 <= i + off for its first row), then those the diagonal crosses,
     // then those right of it (kv0 >= i + off for its last row). (Under causal all are left.)
