@@ -54,9 +54,12 @@ void check_parts() {
     }
 }
 
-// Unpack lane l's fragments and multiply them out: D(row, col) = sum_k A(row, k) B(k, col).
-template <typename T>
-void check_product(float slope_raw, float sign, int n_tile) {
+// Unpack the fragments that b_reg gives each lane (with column_term_a's A) and multiply them out:
+// D(row, col) = sum_k A(row, k) B(k, col). Returns how many of the 16 x 8 entries are off sign * a *
+// (8 n_tile + col) by more than the parts' error bound; every A and B element must come from exactly
+// one lane.
+template <typename T, typename BReg>
+int wrong_entries(float slope_raw, float sign, int n_tile, BReg b_reg_of) {
   float a[16][8] = {}, b[8][8] = {};
   bool a_set[16][8] = {}, b_set[8][8] = {};
   for (int lane = 0; lane < 32; ++lane) {
@@ -64,11 +67,11 @@ void check_product(float slope_raw, float sign, int n_tile) {
     for (int i = 0; i < 2; ++i)
       for (int half = 0; half < 2; ++half) {
         const int row = fa::mma_a_row(lane, 2 * i + half), k = fa::mma_a_col(lane, 2 * i + half);
-        REQUIRE_FALSE(a_set[row][k]);  // every element from exactly one lane
+        REQUIRE_FALSE(a_set[row][k]);
         a_set[row][k] = true;
         a[row][k] = to_float<T>(static_cast<uint16_t>(a_reg >> (16 * half)));
       }
-    const uint32_t b_reg = column_term_b<T>(slope_raw, n_tile, lane);
+    const uint32_t b_reg = b_reg_of(slope_raw, n_tile, lane);
     for (int half = 0; half < 2; ++half) {
       const int k = fa::mma_b_k(lane, half), col = fa::mma_b_n(lane, half);
       REQUIRE_FALSE(b_set[k][col]);
@@ -76,6 +79,7 @@ void check_product(float slope_raw, float sign, int n_tile) {
       b[k][col] = to_float<T>(static_cast<uint16_t>(b_reg >> (16 * half)));
     }
   }
+  int wrong = 0;
   for (int row = 0; row < 16; ++row)
     for (int col = 0; col < 8; ++col) {
       REQUIRE(a_set[row][col]);
@@ -83,10 +87,26 @@ void check_product(float slope_raw, float sign, int n_tile) {
       double d = 0.0;
       for (int k = 0; k < 8; ++k) d += static_cast<double>(a[row][k]) * b[k][col];
       const double expected = sign * slope_raw * static_cast<float>(8 * n_tile + col);
-      INFO("slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile << ", row " << row << ", col "
-                        << col);
-      CHECK(std::fabs(d - expected) <= std::ldexp(std::fabs(expected), -21) + std::ldexp(1.0, -24));
+      if (std::fabs(d - expected) > std::ldexp(std::fabs(expected), -21) + std::ldexp(1.0, -24)) ++wrong;
     }
+  return wrong;
+}
+
+template <typename T>
+void check_product(float slope_raw, float sign, int n_tile) {
+  INFO("slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile);
+  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, column_term_b<T>) == 0);
+}
+
+// The negative control: B built for column lane % 8 instead of lane / 4 (the lane's index in its
+// quad mixed into its group) puts other columns' terms in most columns.
+template <typename T>
+void check_wrong_lane_is_caught(float slope_raw, float sign, int n_tile) {
+  const auto wrong_lane = [](float a, int n, int lane) {
+    return column_term_b<T>(a, n, (lane % 8) * 4 + lane % 4);
+  };
+  INFO("slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile);
+  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, wrong_lane) > 0);
 }
 
 }  // namespace
@@ -103,6 +123,14 @@ TEST_CASE("alibi column term: each lane's m16n8k8 fragments multiply out to sign
         check_product<__half>(a, sign, n_tile);
         check_product<__nv_bfloat16>(a, sign, n_tile);
       }
+}
+
+TEST_CASE("alibi column term: a B register taken from the wrong lane is caught", "[alibi][column_term]") {
+  for (float a : {0.35f, 6.72f, -90.5f})
+    for (int n_tile : {0, 7}) {
+      check_wrong_lane_is_caught<__half>(a, 1.0f, n_tile);
+      check_wrong_lane_is_caught<__nv_bfloat16>(a, -1.0f, n_tile);
+    }
 }
 
 TEST_CASE("alibi column term: fp16's bound keeps every part finite", "[alibi][column_term]") {
