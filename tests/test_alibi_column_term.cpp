@@ -1,6 +1,8 @@
-// ALiBi's column term on the tensor cores (stages/36_alibi_mma/column_term.h), on the CPU: the
-// 16-bit parts of a * c add up to a * c, and the m16n8k8 product of the fragments that each lane
-// holds is sign * a * c at every (row, column) of the tile.
+// ALiBi's column term on the tensor cores (stages/36_alibi_mma/column_term.h and
+// stages/37_column_table/column_term.h), on the CPU: the 16-bit parts of a * c add up to a * c, and
+// the m16n8k8 product of the fragments that each lane holds is sign * a * c at every (row, column)
+// of the tile: stage 36's B registers as the lanes build them, and stage 37's as ldmatrix.x4
+// delivers them from the tables the kernel writes.
 //
 // The product is formed from the fragments as the PTX ISA lays them out for m16n8k8 (A: lane l,
 // register i holds row mma_a_row(l, 2 i), columns mma_a_col(l, 2 i) and + 1; B: lane l holds rows
@@ -15,6 +17,9 @@
 
 #define FA_STAGE_NAMESPACE stage36_column_term
 #include "stages/36_alibi_mma/column_term.h"
+#undef FA_STAGE_NAMESPACE
+#define FA_STAGE_NAMESPACE stage37_column_term
+#include "stages/37_column_table/column_term.h"
 
 namespace {
 
@@ -54,16 +59,16 @@ void check_parts() {
     }
 }
 
-// Unpack the fragments that b_reg gives each lane (with column_term_a's A) and multiply them out:
-// D(row, col) = sum_k A(row, k) B(k, col). Returns how many of the 16 x 8 entries are off sign * a *
-// (8 n_tile + col) by more than the parts' error bound; every A and B element must come from exactly
-// one lane.
-template <typename T, typename BReg>
-int wrong_entries(float slope_raw, float sign, int n_tile, BReg b_reg_of) {
+// Unpack the fragments that a_reg_of (A, the same register for both rows) and b_reg_of give each
+// lane and multiply them out: D(row, col) = sum_k A(row, k) B(k, col). Returns how many of the
+// 16 x 8 entries are off sign * a * (8 n_tile + col) by more than the parts' error bound; every A
+// and B element must come from exactly one lane.
+template <typename T, typename AReg, typename BReg>
+int wrong_entries(float slope_raw, float sign, int n_tile, AReg a_reg_of, BReg b_reg_of) {
   float a[16][8] = {}, b[8][8] = {};
   bool a_set[16][8] = {}, b_set[8][8] = {};
   for (int lane = 0; lane < 32; ++lane) {
-    const uint32_t a_reg = column_term_a<T>(sign, lane);  // the same register for both rows
+    const uint32_t a_reg = a_reg_of(lane);
     for (int i = 0; i < 2; ++i)
       for (int half = 0; half < 2; ++half) {
         const int row = fa::mma_a_row(lane, 2 * i + half), k = fa::mma_a_col(lane, 2 * i + half);
@@ -95,7 +100,40 @@ int wrong_entries(float slope_raw, float sign, int n_tile, BReg b_reg_of) {
 template <typename T>
 void check_product(float slope_raw, float sign, int n_tile) {
   INFO("slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile);
-  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, column_term_b<T>) == 0);
+  const auto a_reg = [sign](int lane) { return column_term_a<T>(sign, lane); };
+  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, a_reg, column_term_b<T>) == 0);
+}
+
+// Stage 37: lane `lane`'s B register of n-tile n as ldmatrix.x4 delivers it from the side's table
+// (signed_slope = sign * a). The kernel's thread c writes row c of the table (column_term_row); the
+// x4 for n-tiles 4 h .. 4 h + 3 reads matrix j = n % 4 at the rows that lanes 8 j .. 8 j + 7 address
+// (row_of_lane, stage 37's column_term_table_row), and lane l receives word l % 4 of matrix row l / 4
+// (the PTX ISA's ldmatrix fragment: row l / 4, elements 2 (l % 4) and + 1).
+template <typename T, typename RowOfLane>
+uint32_t table_b(float signed_slope, int n, int lane, RowOfLane row_of_lane) {
+  uint32_t words[4];
+  const int h = n / 4, j = n % 4;
+  const int table_row = row_of_lane(h, 8 * j + lane / 4);
+  stage37_column_term::column_term_row<T>(signed_slope, table_row, words);
+  return words[lane % 4];
+}
+
+template <typename T>
+void check_table_product(float slope_raw, float sign, int n_tile) {
+  INFO("stage 37 table, slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile);
+  const auto a_reg = [](int lane) { return stage37_column_term::column_term_a<T>(1.0f, lane); };
+  const auto b_reg = [](float signed_slope, int n, int lane) {
+    return table_b<T>(signed_slope, n, lane, stage37_column_term::column_term_table_row);
+  };
+  // The sign is in the table: A is +1's, B the parts of sign * a * c.
+  CHECK(wrong_entries<T>(sign * slope_raw, 1.0f, n_tile, a_reg, b_reg) == 0);
+  // The negative control: lanes that address the table rows of a transposed matrix (with a slope
+  // of 0 every table is right).
+  if (slope_raw == 0.0f) return;
+  const auto transposed = [](float signed_slope, int n, int lane) {
+    return table_b<T>(signed_slope, n, lane, [](int h, int l) { return 32 * h + (l % 8) * 4 + l / 8; });
+  };
+  CHECK(wrong_entries<T>(sign * slope_raw, 1.0f, n_tile, a_reg, transposed) > 0);
 }
 
 // The negative control: B built for column lane % 8 instead of lane / 4 (the lane's index in its
@@ -106,7 +144,8 @@ void check_wrong_lane_is_caught(float slope_raw, float sign, int n_tile) {
     return column_term_b<T>(a, n, (lane % 8) * 4 + lane % 4);
   };
   INFO("slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile);
-  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, wrong_lane) > 0);
+  const auto a_reg = [sign](int lane) { return column_term_a<T>(sign, lane); };
+  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, a_reg, wrong_lane) > 0);
 }
 
 }  // namespace
@@ -122,6 +161,16 @@ TEST_CASE("alibi column term: each lane's m16n8k8 fragments multiply out to sign
       for (int n_tile = 0; n_tile < 8; ++n_tile) {
         check_product<__half>(a, sign, n_tile);
         check_product<__nv_bfloat16>(a, sign, n_tile);
+      }
+}
+
+TEST_CASE("alibi column term, stage 37: B from the tables, as ldmatrix.x4 delivers it, multiplies out to sign * a * c",
+          "[alibi][column_term]") {
+  for (float a : kSlopes)
+    for (float sign : {1.0f, -1.0f})
+      for (int n_tile = 0; n_tile < 8; ++n_tile) {
+        check_table_product<__half>(a, sign, n_tile);
+        check_table_product<__nv_bfloat16>(a, sign, n_tile);
       }
 }
 
