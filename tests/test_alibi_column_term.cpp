@@ -1,8 +1,8 @@
-// ALiBi's column term on the tensor cores (stages/36_alibi_mma/column_term.h and
-// stages/37_column_table/column_term.h), on the CPU: the 16-bit parts of a * c add up to a * c, and
-// the m16n8k8 product of the fragments that each lane holds is sign * a * c at every (row, column)
-// of the tile: stage 36's B registers as the lanes build them, and stage 37's as ldmatrix.x4
-// delivers them from the tables the kernel writes.
+// ALiBi's column term on the tensor cores (stages/36_alibi_mma/column_term.h), on the CPU: the
+// 16-bit parts of a * c add up to a * c, and the m16n8k8 product of the fragments that each lane
+// holds is sign * a * c at every (row, column) of the tile. And stage 37's column term by FFMA
+// (stages/37_column_ffma/column_term.h): its constants plus the lane's row term are the bias of
+// every entry a lane holds, in every block on one side of the diagonal.
 //
 // The product is formed from the fragments as the PTX ISA lays them out for m16n8k8 (A: lane l,
 // register i holds row mma_a_row(l, 2 i), columns mma_a_col(l, 2 i) and + 1; B: lane l holds rows
@@ -19,7 +19,7 @@
 #include "stages/36_alibi_mma/column_term.h"
 #undef FA_STAGE_NAMESPACE
 #define FA_STAGE_NAMESPACE stage37_column_term
-#include "stages/37_column_table/column_term.h"
+#include "stages/37_column_ffma/column_term.h"
 
 namespace {
 
@@ -59,16 +59,16 @@ void check_parts() {
     }
 }
 
-// Unpack the fragments that a_reg_of (A, the same register for both rows) and b_reg_of give each
-// lane and multiply them out: D(row, col) = sum_k A(row, k) B(k, col). Returns how many of the
-// 16 x 8 entries are off sign * a * (8 n_tile + col) by more than the parts' error bound; every A
-// and B element must come from exactly one lane.
-template <typename T, typename AReg, typename BReg>
-int wrong_entries(float slope_raw, float sign, int n_tile, AReg a_reg_of, BReg b_reg_of) {
+// Unpack the fragments that b_reg gives each lane (with column_term_a's A) and multiply them out:
+// D(row, col) = sum_k A(row, k) B(k, col). Returns how many of the 16 x 8 entries are off sign * a *
+// (8 n_tile + col) by more than the parts' error bound; every A and B element must come from exactly
+// one lane.
+template <typename T, typename BReg>
+int wrong_entries(float slope_raw, float sign, int n_tile, BReg b_reg_of) {
   float a[16][8] = {}, b[8][8] = {};
   bool a_set[16][8] = {}, b_set[8][8] = {};
   for (int lane = 0; lane < 32; ++lane) {
-    const uint32_t a_reg = a_reg_of(lane);
+    const uint32_t a_reg = column_term_a<T>(sign, lane);  // the same register for both rows
     for (int i = 0; i < 2; ++i)
       for (int half = 0; half < 2; ++half) {
         const int row = fa::mma_a_row(lane, 2 * i + half), k = fa::mma_a_col(lane, 2 * i + half);
@@ -100,40 +100,7 @@ int wrong_entries(float slope_raw, float sign, int n_tile, AReg a_reg_of, BReg b
 template <typename T>
 void check_product(float slope_raw, float sign, int n_tile) {
   INFO("slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile);
-  const auto a_reg = [sign](int lane) { return column_term_a<T>(sign, lane); };
-  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, a_reg, column_term_b<T>) == 0);
-}
-
-// Stage 37: lane `lane`'s B register of n-tile n as ldmatrix.x4 delivers it from the side's table
-// (signed_slope = sign * a). The kernel's thread c writes row c of the table (column_term_row); the
-// x4 for n-tiles 4 h .. 4 h + 3 reads matrix j = n % 4 at the rows that lanes 8 j .. 8 j + 7 address
-// (row_of_lane, stage 37's column_term_table_row), and lane l receives word l % 4 of matrix row l / 4
-// (the PTX ISA's ldmatrix fragment: row l / 4, elements 2 (l % 4) and + 1).
-template <typename T, typename RowOfLane>
-uint32_t table_b(float signed_slope, int n, int lane, RowOfLane row_of_lane) {
-  uint32_t words[4];
-  const int h = n / 4, j = n % 4;
-  const int table_row = row_of_lane(h, 8 * j + lane / 4);
-  stage37_column_term::column_term_row<T>(signed_slope, table_row, words);
-  return words[lane % 4];
-}
-
-template <typename T>
-void check_table_product(float slope_raw, float sign, int n_tile) {
-  INFO("stage 37 table, slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile);
-  const auto a_reg = [](int lane) { return stage37_column_term::column_term_a<T>(1.0f, lane); };
-  const auto b_reg = [](float signed_slope, int n, int lane) {
-    return table_b<T>(signed_slope, n, lane, stage37_column_term::column_term_table_row);
-  };
-  // The sign is in the table: A is +1's, B the parts of sign * a * c.
-  CHECK(wrong_entries<T>(sign * slope_raw, 1.0f, n_tile, a_reg, b_reg) == 0);
-  // The negative control: lanes that address the table rows of a transposed matrix (with a slope
-  // of 0 every table is right).
-  if (slope_raw == 0.0f) return;
-  const auto transposed = [](float signed_slope, int n, int lane) {
-    return table_b<T>(signed_slope, n, lane, [](int h, int l) { return 32 * h + (l % 8) * 4 + l / 8; });
-  };
-  CHECK(wrong_entries<T>(sign * slope_raw, 1.0f, n_tile, a_reg, transposed) > 0);
+  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, column_term_b<T>) == 0);
 }
 
 // The negative control: B built for column lane % 8 instead of lane / 4 (the lane's index in its
@@ -144,11 +111,55 @@ void check_wrong_lane_is_caught(float slope_raw, float sign, int n_tile) {
     return column_term_b<T>(a, n, (lane % 8) * 4 + lane % 4);
   };
   INFO("slope_raw " << slope_raw << ", sign " << sign << ", n-tile " << n_tile);
-  const auto a_reg = [sign](int lane) { return column_term_a<T>(sign, lane); };
-  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, a_reg, wrong_lane) > 0);
+  CHECK(wrong_entries<T>(slope_raw, sign, n_tile, wrong_lane) > 0);
+}
+
+// Stage 37: in a K/V block [kv0, kv0 + 64) on one side of the diagonal for a warp's 32 rows
+// [row0, row0 + 32) (off = seq_kv - seq_q), count the entries (lane, mr, n, e) whose bias as the
+// kernel forms it -- sign * a * column_offset(n, e) plus the row term -a |i0 + off - j0| of the
+// lane's first row of mr and first key -- is not -a |i + off - j| with i, j from fragment_layout.h.
+// lane_first_column gives the lane's first key column (the kernel's mma_c_col(lane, 0)).
+template <typename FirstColumn>
+int wrong_ffma_entries(double a, int64_t off, int64_t row0, int64_t kv0, FirstColumn lane_first_column) {
+  using stage37_column_term::column_offset;
+  using stage37_column_term::row_offset;
+  const int64_t first_distance = row0 + off - (kv0 + 63);  // the smallest i + off - j in the block
+  const int64_t last_distance = row0 + 31 + off - kv0;     // the largest
+  REQUIRE((first_distance >= 0 || last_distance <= 0));    // one side for every entry
+  const double sign = first_distance >= 0 ? 1.0 : -1.0;
+  int wrong = 0;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int mr = 0; mr < 4; ++mr)
+      for (int n = 0; n < 8; ++n)
+        for (int h = 0; h < 2; ++h) {
+          const int m = mr / 2, e = 2 * (mr % 2) + h;  // entry e of m-tile m is in row state 2 m + e / 2
+          const int64_t i = row0 + m * fa::kMmaM + fa::mma_c_row(lane, e);
+          const int64_t j = kv0 + n * fa::kMmaN + fa::mma_c_col(lane, e);
+          const int64_t i0 = row0 + fa::mma_c_row(lane, 0) + row_offset(mr);
+          const int64_t j0 = kv0 + lane_first_column(lane);
+          const double formed = sign * a * column_offset(n, e) - a * std::fabs(static_cast<double>(i0 + off - j0));
+          const double bias = -a * std::fabs(static_cast<double>(i + off - j));
+          if (std::fabs(formed - bias) > 1e-9 * (1.0 + std::fabs(bias))) ++wrong;
+        }
+  return wrong;
 }
 
 }  // namespace
+
+TEST_CASE("alibi column term, stage 37: the FFMAs' column constants and the lane's row term are the bias of every entry",
+          "[alibi][column_term]") {
+  // Blocks left of the diagonal (j <= i + off), right of it, far on either side; off of both signs.
+  struct Block { int64_t off, row0, kv0; };
+  for (const Block b : {Block{0, 64, 0}, Block{0, 0, 64}, Block{0, 96, 32}, Block{667, 0, 512}, Block{667, 0, 704},
+                        Block{-667, 800, 64}, Block{-667, 0, 128}, Block{4096, 8000, 192}})
+    for (double a : {0.35, 6.72, -0.05, 1e-3}) {
+      INFO("off " << b.off << ", rows from " << b.row0 << ", keys from " << b.kv0 << ", a " << a);
+      CHECK(wrong_ffma_entries(a, b.off, b.row0, b.kv0, [](int lane) { return fa::mma_c_col(lane, 0); }) == 0);
+      // The negative control: the row term counted from the block's first key (stage 36's, which
+      // its MMA's columns from 0 need) misses the lane's first column in 3 lanes of 4.
+      CHECK(wrong_ffma_entries(a, b.off, b.row0, b.kv0, [](int) { return 0; }) > 0);
+    }
+}
 
 TEST_CASE("alibi column term: the 16-bit parts of a * c add up to it within 2^-21 (and fp16's subnormal step)", "[alibi][column_term]") {
   check_parts<__half>();
@@ -161,16 +172,6 @@ TEST_CASE("alibi column term: each lane's m16n8k8 fragments multiply out to sign
       for (int n_tile = 0; n_tile < 8; ++n_tile) {
         check_product<__half>(a, sign, n_tile);
         check_product<__nv_bfloat16>(a, sign, n_tile);
-      }
-}
-
-TEST_CASE("alibi column term, stage 37: B from the tables, as ldmatrix.x4 delivers it, multiplies out to sign * a * c",
-          "[alibi][column_term]") {
-  for (float a : kSlopes)
-    for (float sign : {1.0f, -1.0f})
-      for (int n_tile = 0; n_tile < 8; ++n_tile) {
-        check_table_product<__half>(a, sign, n_tile);
-        check_table_product<__nv_bfloat16>(a, sign, n_tile);
       }
 }
 

@@ -1,15 +1,15 @@
-// Stage 37: ALiBi's column term from shared memory, at both head dims.
+// Stage 37: ALiBi's column term at head_dim 128, one FFMA per score with the column as a constant.
 //
-// Stage 36 puts ALiBi's bias on the tensor cores in the K/V blocks that lie wholly on one side of
-// the diagonal: one m16n8k8 MMA per n-tile adds the column term sign * a * c, and the row's term
-// rides in the running maximum (column_term.h). Its B operands sat in 8 registers for the whole
-// loop (and A in 4 more), which head_dim 128's kernel, already at 255 registers, did not have: it
-// spilled inside the loops, so head_dim 128 kept the per-score bias, at 5% of its time.
-// Here B lives in shared memory instead: two 1 KiB tables (one per side, the sign in the table, so
-// one A register pair serves both sides), written once per thread block, and two ldmatrix.x4 per
-// block load it right before its MMAs, at the top of S = Q K^T, where the scores' 64 registers are
-// not yet live. That leaves the loop 3 registers of ALiBi instead of 12, and head_dim 128 takes
-// the column term too. Without slopes nothing changes.
+// Stage 36 splits ALiBi's bias in the K/V blocks that lie wholly on one side of the diagonal into
+// a column term sign * a * c and a term of the row, and adds the column term on the tensor cores
+// at head_dim 64. At head_dim 128 the kernel is at 255 registers and the MMA's operands made it
+// spill, so it kept stage 33's bias per score: a distance (FADD) and an FFMA with |.| per score.
+// Here head_dim 128's one-sided blocks take the column term as one FFMA per score,
+// sign * a * (the entry's column less the lane's first column), a compile-time constant in the
+// instruction (column_term.h); the lane's first column joins the row's term, which therefore
+// differs between the lanes of a quad and enters each lane's maximum before the quad's shuffles.
+// No distance is formed and no register is added. Head_dim 64 keeps the MMA; without slopes
+// nothing changes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -55,16 +55,12 @@ struct Side {
   static constexpr int value = kSign;
 };
 
-// ALiBi's column term (column_term.h): the A operand, the same for both sides and every block, and
-// the lane's ldmatrix address in the left side's table of B operands (the right side's follows it):
-// 3 registers for the whole loop.
+// ALiBi's column term (column_term.h): the A operand for each side and the B operand of each key
+// n-tile, the same in every block: 12 registers for the whole loop.
 struct ColumnTerm {
-  uint32_t a[2];
-  uint32_t table_lane;
+  uint32_t a_left[2], a_right[2];
+  uint32_t b[kBlockKV / kMmaN];
 };
-// The tables of B operands, after the tiles: a 16-byte row per key column c and side (left first).
-constexpr int kTableBytes = 2 * kBlockKV * 16;
-static_assert(kThreads == 2 * kBlockKV, "each thread writes one row of the tables");
 
 // Everything else follows from the element type and the head dimension.
 template <typename T, int kHeadDim_>
@@ -77,6 +73,11 @@ struct Config {
   static constexpr int kKeySteps = kBlockKV / kMmaK;  // k-steps of O += P V
   static constexpr int kKeyTiles = kBlockKV / kMmaN;  // n-tiles of S
   static constexpr int kDimTiles = kHeadDim / kMmaN;  // n-tiles of O
+  // ALiBi's column term on the tensor cores at head_dim 64 only: at 128 the kernel is already at
+  // 255 registers, and the column term's 12 made ptxas spill inside the K/V loops (12-17 LDL a loop
+  // against stage 33's 8); the slopes then cost 12-16% there against stage 33's 5% (call 58). Head_dim
+  // 128 adds the column term with one FFMA per score instead (add_column_term).
+  static constexpr bool kColumnTerm = kHeadDim == 64;
 };
 
 // ========================= shared-memory layout =========================
@@ -193,24 +194,20 @@ __device__ __forceinline__ void load_v_fragments(uint32_t (&v_frag)[Cfg::kDimTil
 // K fragments are loaded one k-step (16 head dims) at a time, one k-step ahead of their MMAs; the
 // m-tiles' Q fragments of the k-step come from shared memory right before them. Each K fragment
 // feeds both m-tiles. Only the scores of the first kLiveTiles n-tiles are computed.
-// kSide != 0: the scores start from ALiBi's column term, kSide * a * c, one m16n8k8 MMA per tile,
-// its B operands loaded from the side's table with the first K fragments.
+// kSide != 0 at head_dim 64: the scores start from ALiBi's column term, kSide * a * c, one m16n8k8
+// MMA per tile from registers (while the first K fragments are on their way).
 template <typename Cfg, int kLiveTiles, int kSide>
 __device__ __forceinline__ void compute_scores(float (&s_acc)[kMTiles][Cfg::kKeyTiles][4],
                                                const LaneAddress<Cfg>& q_addr, const LaneAddress<Cfg>& k_addr,
                                                const ColumnTerm& column) {
   uint32_t k_frag[2][Cfg::kKeyTiles][2];
   load_k_fragments<Cfg, kLiveTiles>(k_frag[0], k_addr, 0);
-  if constexpr (kSide != 0) {
-    static_assert(kLiveTiles == 8, "the one-sided steps compute every key");
-    uint32_t b[8];
-    const uint32_t table = column.table_lane + (kSide > 0 ? 0 : kBlockKV * 16);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) ldmatrix_x4(reinterpret_cast<uint32_t(&)[4]>(b[4 * h]), table + h * 32 * 16);
+  if constexpr (kSide != 0 && Cfg::kColumnTerm) {
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-      for (int n = 0; n < kLiveTiles; ++n) mma_m16n8k8<typename Cfg::Elem>(s_acc[m][n], column.a, b[n]);
+      for (int n = 0; n < kLiveTiles; ++n)
+        mma_m16n8k8<typename Cfg::Elem>(s_acc[m][n], kSide > 0 ? column.a_left : column.a_right, column.b[n]);
   }
 #pragma unroll
   for (int kk = 0; kk < Cfg::kDimSteps; ++kk) {
@@ -241,14 +238,14 @@ __device__ __forceinline__ void init_row_state(RowState& state) {
   }
 }
 
-// Row r's largest score in this K/V block (of its first kLiveTiles n-tiles), over the whole row (its
-// 4 lanes).
+// Row r's largest score in this K/V block (of its first kLiveTiles n-tiles) among this lane's; the
+// caller takes the maximum over the row's 4 lanes.
 template <typename Cfg, int kLiveTiles>
-__device__ __forceinline__ float block_row_max(const float (&s_acc)[Cfg::kKeyTiles][4], int r) {
+__device__ __forceinline__ float lane_row_max(const float (&s_acc)[Cfg::kKeyTiles][4], int r) {
   float block_max = -INFINITY;
 #pragma unroll
   for (int n = 0; n < kLiveTiles; ++n) block_max = fmaxf(block_max, fmaxf(s_acc[n][2 * r], s_acc[n][2 * r + 1]));
-  return quad_allreduce_max(block_max);
+  return block_max;
 }
 
 // Key j of the block is masked in row i of the query block where it is past the end of the sequence
@@ -292,12 +289,29 @@ __device__ __forceinline__ void add_alibi_bias(float (&s_acc)[kMTiles][Cfg::kKey
       }
 }
 
+// ALiBi's column term at head_dim 128, in a block on one side of the diagonal: signed_slope = sign * a
+// times the entry's column less the lane's first column (column_term.h), a constant of the
+// instruction: one FFMA per score, none in the lane's first column. The row term adds the rest.
+template <typename Cfg>
+__device__ __forceinline__ void add_column_term(float (&s_acc)[kMTiles][Cfg::kKeyTiles][4], float signed_slope) {
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < Cfg::kKeyTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int offset = column_offset(n, e);
+        if (offset != 0) s_acc[m][n][e] = fmaf(signed_slope, static_cast<float>(offset), s_acc[m][n][e]);
+      }
+}
+
 // Raise the running max (of raw scores: a positive scale keeps their order), rescale what was
 // accumulated under the old max (the sum and O), and turn the scores into unnormalized
 // probabilities P = exp(scale * (s - max)) = exp2(s * scale_log2 - max * scale_log2): one FFMA
 // feeding one MUFU.EX2 per score. (Of the first kLiveTiles n-tiles: the others are not computed.)
-// kRowTerm: the scores lack a term of their row, row_term[mr] (ALiBi's, on the tensor cores): the
-// row's maximum is the block's plus it, and the exponent subtracts the maximum less it.
+// kRowTerm: the scores lack a term of their row, row_term[mr] (ALiBi's, in the blocks on one side of
+// the diagonal), which may differ between the lanes of the quad (head_dim 128): each lane adds its
+// own to its maximum before the quad's, and the exponent subtracts the maximum less it.
 template <typename Cfg, int kLiveTiles, bool kRowTerm>
 __device__ __forceinline__ void online_softmax_update(float (&s_acc)[kMTiles][Cfg::kKeyTiles][4],
                                                       float (&o_acc)[kMTiles][Cfg::kDimTiles][4], RowState& state,
@@ -305,8 +319,9 @@ __device__ __forceinline__ void online_softmax_update(float (&s_acc)[kMTiles][Cf
 #pragma unroll
   for (int mr = 0; mr < kRowsPerThread; ++mr) {
     const int m = mr / 2, r = mr % 2;
-    float block_max = block_row_max<Cfg, kLiveTiles>(s_acc[m], r);
+    float block_max = lane_row_max<Cfg, kLiveTiles>(s_acc[m], r);
     if constexpr (kRowTerm) block_max += row_term[mr];
+    block_max = quad_allreduce_max(block_max);
     const float new_max = fmaxf(state.max[mr], block_max);
     const float max_scaled = max_for_exp(new_max) * scale_log2;                  // the -inf guard (softmax_math.h)
     const float correction = exp2_approx(state.max[mr] * scale_log2 - max_scaled);  // 0 on the first block
@@ -467,6 +482,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
   copy_tile_to_smem<Cfg, kBlockQ>(smem.q, q_gmem, p.q.seq_stride, q_rows);
   copy_tile_to_smem<Cfg, kBlockKV>(smem.k, k_gmem, p.k.seq_stride, keys_in_block(0));
   cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  float o_acc[kMTiles][Cfg::kDimTiles][4] = {};
+  RowState state;
+  init_row_state(state);
+  const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
   // ALiBi: this head's slope in raw-score units, and the distance i + seq_kv - seq_q - j of the
   // thread's first score (row warp_row0 + mma_c_row(lane, 0), key mma_c_col(lane, 0)) in K/V block
   // 0; block b's is kBlockKV * b less. |distances| < 2^24 (validate_params), so an int holds them.
@@ -479,35 +501,26 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     alibi_slope_raw = p.alibi.data[batch * p.alibi.batch_stride + head] / p.softmax_scale;
     alibi_row_distance0 = static_cast<int>(q_block * kBlockQ + diagonal_offset) + warp_row0 + mma_c_row(lane, 0);
     alibi_distance0 = alibi_row_distance0 - mma_c_col(lane, 0);
-    // The column term's operands (column_term.h), where its parts can hold a * c (not NaN, and in
-    // fp16's range); otherwise every block takes the bias per score. Each thread writes one row of
-    // the tables (left side, then right) while Q and K land; the barrier below publishes them.
-    column_term_fits = fabsf(alibi_slope_raw) * (kBlockKV - 1) < ColumnTermFormat<T>::kMaxColumnTerm;
-    unsigned char* tables = smem_raw + SharedTiles<Cfg>::kBytes;
-    if (column_term_fits) {
-      const float sign = threadIdx.x < kBlockKV ? 1.0f : -1.0f;
-      uint32_t words[4];
-      column_term_row<T>(sign * alibi_slope_raw, threadIdx.x % kBlockKV, words);
-      *reinterpret_cast<uint4*>(tables + threadIdx.x * 16) = make_uint4(words[0], words[1], words[2], words[3]);
-    }
-    column.a[0] = column.a[1] = column_term_a<T>(1.0f, lane);
-    column.table_lane = smem_u32(tables) + column_term_table_row(0, lane) * 16;
   }
-  cp_async_wait<0>();
-  __syncthreads();
-
-  float o_acc[kMTiles][Cfg::kDimTiles][4] = {};
-  RowState state;
-  init_row_state(state);
-  const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
+  if constexpr (kAlibi)  // head_dim 128's FFMAs hold any slope (the per-score bias's own rounding)
+    column_term_fits = !Cfg::kColumnTerm || fabsf(alibi_slope_raw) * (kBlockKV - 1) < ColumnTermFormat<T>::kMaxColumnTerm;
+  if constexpr (kAlibi && Cfg::kColumnTerm) {
+    // The column term's operands (column_term.h), where its parts can hold a * c (not NaN, and in
+    // fp16's range); otherwise every block takes the bias per score.
+    column.a_left[0] = column.a_left[1] = column_term_a<T>(1.0f, lane);
+    column.a_right[0] = column.a_right[1] = column_term_a<T>(-1.0f, lane);
+#pragma unroll
+    for (int n = 0; n < kBlockKV / kMmaN; ++n) column.b[n] = column_term_b<T>(alibi_slope_raw, n, lane);
+  }
 
   // One step of the loop over K/V: block kv_block's scores, softmax and P V. Only the steps that
   // need it compile the mask in (`masked` is a constant at every call): a mask behind a branch in
   // the one loop, even never taken, makes ptxas schedule the whole loop worse (stage 22's page).
   // live_groups (a KeyGroups<n>) is how many 16-key groups of the block hold a key: the step
   // computes those and nothing of the others.
-  // side (a Side<sign>): where the block lies for ALiBi; at +1 / -1 its bias is a column term on
-  // the tensor cores plus a term of each row (column_term.h), at 0 one FFMA per score.
+  // side (a Side<sign>): where the block lies for ALiBi; at +1 / -1 its bias is a column term (on
+  // the tensor cores at head_dim 64, one FFMA per score at 128) plus a term of each row
+  // (column_term.h), at 0 a distance and an FFMA per score.
   const auto step = [&](int kv_block, bool masked, auto live_groups, auto side) {
     constexpr int kLiveSteps = decltype(live_groups)::value;  // k-steps of P V
     constexpr int kLiveTiles = kLiveSteps * kMmaK / kMmaN;    // n-tiles of S
@@ -530,15 +543,18 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
 
     if constexpr (kAlibi && kSide == 0)  // before the mask and the row maximum: they are of the biased scores
       add_alibi_bias<Cfg, kLiveTiles>(s_acc, alibi_slope_raw, static_cast<float>(alibi_distance0 - kv_block * kBlockKV));
-    // The row term of a block on one side: -a |i + off - kv0|, the bias of the block's first key.
+    if constexpr (kSide != 0 && !Cfg::kColumnTerm)
+      add_column_term<Cfg>(s_acc, kSide > 0 ? alibi_slope_raw : -alibi_slope_raw);
+    // The row term of a block on one side: the bias of the row at the key its column term counts
+    // from, -a |i + off - j0|: j0 the block's first key on the tensor cores (c from 0), the lane's
+    // first key with the FFMAs (their columns from the lane's first).
     float row_term[kRowsPerThread] = {};
     if constexpr (kSide != 0) {
-      const float first_row_distance = static_cast<float>(alibi_row_distance0 - kv_block * kBlockKV);
+      const int first_distance = Cfg::kColumnTerm ? alibi_row_distance0 : alibi_distance0;
+      const float first_row_distance = static_cast<float>(first_distance - kv_block * kBlockKV);
 #pragma unroll
-      for (int mr = 0; mr < kRowsPerThread; ++mr) {
-        const int row_offset = (mr / 2) * kMmaM + mma_c_row(0, 2 * (mr % 2)) - mma_c_row(0, 0);
-        row_term[mr] = -alibi_slope_raw * fabsf(first_row_distance + static_cast<float>(row_offset));
-      }
+      for (int mr = 0; mr < kRowsPerThread; ++mr)
+        row_term[mr] = -alibi_slope_raw * fabsf(first_row_distance + static_cast<float>(row_offset(mr)));
     }
 
     if (masked) {
@@ -617,10 +633,9 @@ extern const StageInfo info = {
 
 template <typename T, int kHeadDim>
 Status launch_typed(const AttentionParams& params, cudaStream_t stream) {
-  const bool alibi = params.alibi.data != nullptr;
-  // With slopes, the tables of the column term's B operands follow the tiles.
-  const size_t smem_bytes = SharedTiles<Config<T, kHeadDim>>::kBytes + (alibi ? kTableBytes : 0);
-  const auto kernel = alibi ? attention_kernel<T, kHeadDim, true> : attention_kernel<T, kHeadDim, false>;
+  constexpr size_t smem_bytes = SharedTiles<Config<T, kHeadDim>>::kBytes;
+  const auto kernel = params.alibi.data != nullptr ? attention_kernel<T, kHeadDim, true>
+                                                   : attention_kernel<T, kHeadDim, false>;
   // Dynamic shared memory above 48 KB needs an explicit opt-in. The attribute belongs to the
   // current device, so it is set on every launch (a process may launch on several GPUs).
   const cudaError_t attr_status =
