@@ -1,8 +1,6 @@
 // ALiBi's column term on the tensor cores (stages/36_alibi_mma/column_term.h), on the CPU: the
 // 16-bit parts of a * c add up to a * c, and the m16n8k8 product of the fragments that each lane
-// holds is sign * a * c at every (row, column) of the tile. And stage 37's column term by FFMA
-// (stages/37_column_ffma/column_term.h): its constants plus the lane's row term are the bias of
-// every entry a lane holds, in every block on one side of the diagonal.
+// holds is sign * a * c at every (row, column) of the tile.
 //
 // The product is formed from the fragments as the PTX ISA lays them out for m16n8k8 (A: lane l,
 // register i holds row mma_a_row(l, 2 i), columns mma_a_col(l, 2 i) and + 1; B: lane l holds rows
@@ -17,9 +15,6 @@
 
 #define FA_STAGE_NAMESPACE stage36_column_term
 #include "stages/36_alibi_mma/column_term.h"
-#undef FA_STAGE_NAMESPACE
-#define FA_STAGE_NAMESPACE stage37_column_term
-#include "stages/37_column_ffma/column_term.h"
 
 namespace {
 
@@ -114,52 +109,7 @@ void check_wrong_lane_is_caught(float slope_raw, float sign, int n_tile) {
   CHECK(wrong_entries<T>(slope_raw, sign, n_tile, wrong_lane) > 0);
 }
 
-// Stage 37: in a K/V block [kv0, kv0 + 64) on one side of the diagonal for a warp's 32 rows
-// [row0, row0 + 32) (off = seq_kv - seq_q), count the entries (lane, mr, n, e) whose bias as the
-// kernel forms it -- sign * a * column_offset(n, e) plus the row term -a |i0 + off - j0| of the
-// lane's first row of mr and first key -- is not -a |i + off - j| with i, j from fragment_layout.h.
-// lane_first_column gives the lane's first key column (the kernel's mma_c_col(lane, 0)).
-template <typename FirstColumn>
-int wrong_ffma_entries(double a, int64_t off, int64_t row0, int64_t kv0, FirstColumn lane_first_column) {
-  using stage37_column_term::column_offset;
-  using stage37_column_term::row_offset;
-  const int64_t first_distance = row0 + off - (kv0 + 63);  // the smallest i + off - j in the block
-  const int64_t last_distance = row0 + 31 + off - kv0;     // the largest
-  REQUIRE((first_distance >= 0 || last_distance <= 0));    // one side for every entry
-  const double sign = first_distance >= 0 ? 1.0 : -1.0;
-  int wrong = 0;
-  for (int lane = 0; lane < 32; ++lane)
-    for (int mr = 0; mr < 4; ++mr)
-      for (int n = 0; n < 8; ++n)
-        for (int h = 0; h < 2; ++h) {
-          const int m = mr / 2, e = 2 * (mr % 2) + h;  // entry e of m-tile m is in row state 2 m + e / 2
-          const int64_t i = row0 + m * fa::kMmaM + fa::mma_c_row(lane, e);
-          const int64_t j = kv0 + n * fa::kMmaN + fa::mma_c_col(lane, e);
-          const int64_t i0 = row0 + fa::mma_c_row(lane, 0) + row_offset(mr);
-          const int64_t j0 = kv0 + lane_first_column(lane);
-          const double formed = sign * a * column_offset(n, e) - a * std::fabs(static_cast<double>(i0 + off - j0));
-          const double bias = -a * std::fabs(static_cast<double>(i + off - j));
-          if (std::fabs(formed - bias) > 1e-9 * (1.0 + std::fabs(bias))) ++wrong;
-        }
-  return wrong;
-}
-
 }  // namespace
-
-TEST_CASE("alibi column term, stage 37: the FFMAs' column constants and the lane's row term are the bias of every entry",
-          "[alibi][column_term]") {
-  // Blocks left of the diagonal (j <= i + off), right of it, far on either side; off of both signs.
-  struct Block { int64_t off, row0, kv0; };
-  for (const Block b : {Block{0, 64, 0}, Block{0, 0, 64}, Block{0, 96, 32}, Block{667, 0, 512}, Block{667, 0, 704},
-                        Block{-667, 800, 64}, Block{-667, 0, 128}, Block{4096, 8000, 192}})
-    for (double a : {0.35, 6.72, -0.05, 1e-3}) {
-      INFO("off " << b.off << ", rows from " << b.row0 << ", keys from " << b.kv0 << ", a " << a);
-      CHECK(wrong_ffma_entries(a, b.off, b.row0, b.kv0, [](int lane) { return fa::mma_c_col(lane, 0); }) == 0);
-      // The negative control: the row term counted from the block's first key (stage 36's, which
-      // its MMA's columns from 0 need) misses the lane's first column in 3 lanes of 4.
-      CHECK(wrong_ffma_entries(a, b.off, b.row0, b.kv0, [](int) { return 0; }) > 0);
-    }
-}
 
 TEST_CASE("alibi column term: the 16-bit parts of a * c add up to it within 2^-21 (and fp16's subnormal step)", "[alibi][column_term]") {
   check_parts<__half>();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Call 63 (seventeenth session): stage 37 (the column term's B operands from shared-memory tables, both head dims) on the H200.
 #   git archive HEAD tools | tar -x -C .deps/call63     (here: the committed tools, whatever the tree has)
-#   REV=<commit> bash docs/evidence/ampere/call63.sh    (carry .deps; about 6-7 minutes)
+#   REV=03bf8db bash docs/evidence/ampere/call63.sh     (from a checkout of 03bf8db, where stage 37 is
+#                                                         the tables version; carry .deps; ~4.5 minutes)
 # (1) a build with stages 33, 36 and 37 only (sm_90, tests on); (2) stage 37's GPU suites; (3) memcheck
 # and racecheck on stage 37, every shape sanitize.sh has; (4) shuffled rounds, stages 33, 36 and 37
 # each without and with ALiBi slopes, issue 12's shapes: the slopes' cost in the same rounds.

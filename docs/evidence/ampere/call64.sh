@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Call 64 (seventeenth session): stage 37 (head_dim 128's column term by FFMA with constant multipliers) on the H200.
 #   git archive HEAD tools | tar -x -C .deps/call63     (here: the committed tools, whatever the tree has)
-#   REV=<commit> bash docs/evidence/ampere/call64.sh    (carry .deps; about 6-7 minutes)
+#   REV=b799622 bash docs/evidence/ampere/call64.sh     (from a checkout of b799622, where stage 37 is
+#                                                         the FFMA version; carry .deps; ~4 minutes)
 # (1) a build with stages 33, 36 and 37 only (sm_90, tests on); (2) stage 37's GPU suites; (3) memcheck
 # and racecheck on stage 37, every shape sanitize.sh has; (4) shuffled rounds, stages 36 and 37
 # each without and with ALiBi slopes, issue 12's shapes: the slopes' cost in the same rounds.
