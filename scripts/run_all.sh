@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# The main job: build every stage and the runner, check and time every stage against PyTorch's
-# FlashAttention-2 and cuDNN, write the CSV, and regenerate from it everything the README and docs/
-# show: the results tables and sentences in README.md, the plots in plots/, and the generated
-# sections of docs/ (tools/gen_docs.py).
+# The main job: build every stage, the runner and the stages' C interface, check and time every
+# stage against PyTorch's FlashAttention-2 and cuDNN, write the CSV, and regenerate from it
+# everything the README and docs/ show: the results tables and sentences in README.md, the plots in
+# plots/, and the generated sections of docs/ (tools/gen_docs.py).
 #
 #   bash scripts/run_all.sh [options of tools/bench.py]
 #
 # With no options it measures what the README shows: fp16 and bf16, head_dim 64 and 128,
 # S = 1024..8192, every stage this GPU can run (the headline rows), plus the causal, any-length
 # (S = 1000, 4000), grouped-query (32 : 8 heads) and ALiBi rows of the stages that declare those
-# features. Progress: one line per stage and shape as it finishes, with the time so far and an
-# estimate of the time left.
+# features. Timing (docs/benchmarking.md, "Timing"): build/fa_run checks every result against fp64,
+# then tools/interleaved.py times the stages that passed with FA2 and cuDNN in shuffled rounds, every
+# implementation of a shape once per round (--timing separate: each result in a series of its own,
+# the protocol of the CSVs before rounds). Progress: one line per check and per time as it
+# finishes, with the time so far and an estimate of the time left.
 # Some options (all listed below): --quick (smoke run; README and docs/ left alone), --stages 07,08,
 # --dtypes fp16 --head-dims 128, --series headline, --dry-run (print the commands, run nothing).
 #
@@ -22,8 +25,9 @@
 #
 # Needs an NVIDIA GPU (sm_80 or newer), the CUDA toolkit, CMake >= 3.24 and python3. Optional:
 # matplotlib (plots; without it the README's tables are still regenerated, without plots), PyTorch
-# with CUDA (the FA2/cuDNN reference rows; without it they say "torch unavailable" and there is
-# no % of FA2). It installs nothing.
+# with CUDA (the FA2/cuDNN reference rows and the rounds; without it the results are timed
+# separately, the reference rows say "torch unavailable" and there is no % of FA2). It installs
+# nothing.
 #
 # Environment: CMAKE_CUDA_ARCHITECTURES (e.g. 90) overrides the project's default architectures;
 # BUILD_JOBS overrides the number of parallel build jobs (default: all cores); BUILD_DIR the build
@@ -77,10 +81,12 @@ fi
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
   say "matplotlib is not installed for $(command -v python3): no plots, only the CSV and the table (python3 -m pip install matplotlib)."
 fi
+timing=()  # bench.py's default (rounds), unless PyTorch cannot run them; a --timing of the caller's comes later and wins
 if ! torch_info=$(python3 -c 'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "without CUDA")' 2>/dev/null); then
-  say "PyTorch is not installed for $(command -v python3): the FA2 and cuDNN reference rows will say 'torch unavailable' and there is no % of FA2."
+  say "PyTorch is not installed for $(command -v python3): the results are timed separately (not in rounds), the FA2 and cuDNN reference rows will say 'torch unavailable' and there is no % of FA2."
 elif [[ "${torch_info}" == *"without CUDA"* ]]; then
-  say "PyTorch ${torch_info%% *} sees no CUDA device: the FA2 and cuDNN reference rows will be unavailable."
+  say "PyTorch ${torch_info%% *} sees no CUDA device: the results are timed separately (--timing separate, not in rounds) and the FA2 and cuDNN reference rows will be unavailable."
+  timing=(--timing separate)
 else
   say "PyTorch ${torch_info%% *} (references: FA2 and cuDNN through scaled_dot_product_attention)."
 fi
@@ -101,13 +107,13 @@ if ! "${configure[@]}" -DFA_BUILD_TESTS=ON; then
   say "configuring with the tests failed (see above); configuring again without them (-DFA_BUILD_TESTS=OFF), which the benchmark does not need. bash scripts/test.sh turns them back on."
   "${configure[@]}" -DFA_BUILD_TESTS=OFF
 fi
-say "building fa_run with ${jobs} jobs"
-cmake --build "${build_dir}" --target fa_run --parallel "${jobs}"
+say "building fa_run and fa_capi (libfa_capi.so, for tools/interleaved.py) with ${jobs} jobs"
+cmake --build "${build_dir}" --target fa_run fa_capi --parallel "${jobs}"
 
 # --- Measure. -----------------------------------------------------------------------------------
-say "running: python3 tools/bench.py --build-dir ${build_dir} $*"
+say "running: python3 tools/bench.py --build-dir ${build_dir} ${timing[*]+${timing[*]} }$*"
 set +e
-python3 -u tools/bench.py --build-dir "${build_dir}" "$@"
+python3 -u tools/bench.py --build-dir "${build_dir}" ${timing[@]+"${timing[@]}"} "$@"
 status=$?
 set -e
 if ((status == 0)); then

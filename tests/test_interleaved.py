@@ -6,9 +6,11 @@ FA2 in three rounds of four) and that a launch starts at the clock its predecess
 power cap. This test holds the order to what the protocol promises: every round launches every
 implementation once; over many rounds each implementation follows each other one about equally
 often; the order is reproducible for a seed; --order series keeps each implementation's launches
-together, warm-up first. It also checks the option checks (--any-length needs one length per
---seqs value), the summary of NVML readings, and that tools/nvml.py fails with NvmlError, not a
-crash, where there is no driver. Exit codes: 0 pass, 1 fail.
+together, warm-up first. It also checks the options (--any-length needs one length per --seqs
+value, 0 for none; --alibi-stages, --any-length-stages and --any-length-references, which
+tools/bench.py's rounds use; --alibi and --alibi-stages not both), the summary of NVML readings, and
+that tools/nvml.py fails with NvmlError, not a crash, where there is no driver. Exit codes: 0 pass,
+1 fail.
 """
 import collections
 import contextlib
@@ -59,7 +61,9 @@ check("series: each implementation's 2 warm-up and 5 timed launches in a row, go
 
 with contextlib.redirect_stderr(io.StringIO()):
     for argv in (["--stages", "16", "--seqs", "1024,4096", "--any-length", "1000"],
-                 ["--stages", "16", "--order", "sideways"], ["--stages", "16", "--dtype", "fp8"]):
+                 ["--stages", "16", "--order", "sideways"], ["--stages", "16", "--dtype", "fp8"],
+                 ["--stages", "16", "--alibi", "--alibi-stages", "16"],
+                 ["--stages", "16", "--seqs", "1024,4096", "--any-length", "1000,-4000"]):
         try:
             interleaved.parse_args(argv)
             failures.append("parse_args accepted %r" % argv)
@@ -70,6 +74,16 @@ args = interleaved.parse_args(["--stages", "16", "--seqs", "1024,4096", "--any-l
 check("parse_args: --any-length pairs", dict(zip(args.seqs, args.any_length)) == {1024: 1000, 4096: 4000})
 check("method text names the order and the readings",
       "series" in interleaved.method_text(args) and "NVML" in interleaved.method_text(args))
+every = interleaved.parse_args(["--stages", "16,22", "--alibi"])
+check("--alibi and no --any-length-stages: every stage with ALiBi and at the paired length, as before",
+      every.alibi_list == every.any_length_list == ["16", "22"] and not every.any_length_references)
+args = interleaved.parse_args(["--stages", "16,22", "--alibi-stages", "16", "--seqs", "1024,2048,4096",
+                               "--any-length", "1000,0,4000", "--any-length-stages", "22", "--any-length-references"])
+check("bench.py's rounds: ALiBi for some stages, some stages at the paired lengths, 0 for no pair, references there",
+      (args.stage_list, args.alibi_list, args.any_length_list, args.any_length, args.any_length_references)
+      == (["16", "22"], ["16"], ["22"], [1000, 0, 4000], True))
+args = interleaved.parse_args(["--stages", "", "--alibi-stages", "16", "--references", ""])
+check("--stages '': only the ALiBi variants", (args.stage_list, args.alibi_list) == ([], ["16"]))
 
 summary = interleaved.readings_summary([(1800, 650.0, 60, "sw_power_cap"), (1500, 700.0, 62, "sw_power_cap"),
                                         (1980, 100.0, 40, "none")])

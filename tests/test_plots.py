@@ -25,8 +25,13 @@
                          time left, an sm_90a stage skipped with a message on a compute capability
                          8.0 GPU, the CSV with pct_of_cudnn and the new columns, every series run
                          only for the stages declaring its feature (--dry-run lists the commands
-                         and counts), the README rewritten; --part and --merge (ratios kept per
-                         part, per-part facts, parts that are not one run refused)
+                         and counts, of either timing: rounds with fa_run --no-time and
+                         tools/interleaved.py, separate with tools/torch_reference.py), the README
+                         rewritten, --no-reference timing separately with a line saying why; --part
+                         and --merge (ratios kept per part, per-part facts, parts that are not one
+                         run refused, a different timing among them); the README's and the stage
+                         pages' words following the CSV's timing (tests/test_bench_rounds.py tests
+                         the rounds themselves)
   every script           answers --help with its options
 
 The numbers below are FAKE (made up for this test, not measured). Exit codes: 0 pass, 1 fail,
@@ -34,6 +39,7 @@ The numbers below are FAKE (made up for this test, not measured). Exit codes: 0 
 """
 
 import csv
+import importlib.util
 import io
 import os
 import re
@@ -543,6 +549,37 @@ def test_general_series(tmp):
           "--check passes on a README with every series")
 
 
+def test_timing_words(tmp):
+    """The generated words follow the CSV's timing: a CSV timed in rounds says 'same rounds' where one
+    timed separately (or without a timing line) says 'same run', and its any-length rows are compared
+    with the headline length they shared rounds with (S = 1020 with 4096 once 1000 took 1024)."""
+    sys.path.insert(0, TOOLS)
+    import gen_docs
+    import results_tables
+    text = general_csv()
+    odd = next(line for line in text.splitlines() if line.startswith("11_g,stage,any_length,fp16,128,16,32,32,0,0,1000,"))
+    words = {}
+    for timing, csv_text in (("separate", text), ("rounds", text.replace("# git=0000000\n", "# git=0000000\n# timing=rounds\n"))):
+        path = os.path.join(tmp, "timing_%s.csv" % timing)
+        write(path, csv_text + odd.replace(",1000,1000,", ",1020,1020,") + "\n")
+        meta, rows = results_tables.load_results(path)
+        groups = results_tables.make_groups(rows)
+        bodies = results_tables.readme_bodies(groups, meta, path, os.path.join(tmp, "README.md"),
+                                              os.path.join(tmp, "plots"), declared={})
+        page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta))
+        words[timing] = bodies["results-table"] + bodies["results-summary"] + page
+    separate, rounds = words["separate"], words["rounds"]
+    check("same rounds" not in separate and "timed in rounds" not in separate and "S=1020 (vs 1024)" in separate
+          and "Median of the timed launches" in separate and "(same run, same GPU)" in separate,
+          "a CSV without a timing line: 'same run', the timed launches, S = 1020 against the next length, 1024")
+    check("(its headline row, same rounds)" in rounds and "pad to), same rounds." in rounds
+          and "without, same rounds):" in rounds and "timed in rounds: per shape" in rounds
+          and "S=1020 (vs 4096)" in rounds and "same run" not in rounds,
+          "a CSV timed in rounds: 'same rounds' in the README's words, and S = 1020 against 4096 (its rounds)")
+    check("Median of the timed rounds (per shape" in rounds and "(same rounds, same GPU)" in rounds
+          and "timed in shuffled rounds" in rounds, "a CSV timed in rounds: the stage page's legend and source say so")
+
+
 def test_flops_and_reference_check():
     """The causal FLOP count, and torch_reference.py's check of causal and grouped-query cases."""
     sys.path.insert(0, TOOLS)
@@ -586,13 +623,15 @@ def test_flops_and_reference_check():
           "the reference check fails an output with the wrong query-to-K/V head mapping")
 
 
-def part_csv(name, dtype, git="0000000", gpu="FAKE GPU", stage_pct="50.00"):
+def part_csv(name, dtype, git="0000000", gpu="FAKE GPU", stage_pct="50.00", timing=None):
     """A part as bench.py --part writes it (FAKE numbers): a stage whose stored % of FA2 (stage_pct)
-    differs from what its times would give (100%), so that a merge that recomputed it would show."""
+    differs from what its times would give (100%), so that a merge that recomputed it would show.
+    timing None: no '# timing=' line, as before that line existed (separate)."""
     lines = ["# gpu=%s" % gpu, "# driver=000.00", "# cuda=0.0", "# torch=0.0.0+fake", "# sm_clock_mhz_at_start=100",
              "# sm_clock_mhz_at_end=200", "# date=2000-01-01T00:0%d:00Z" % (0 if dtype == "fp16" else 5),
-             "# git=%s" % git, "# command=tools/bench.py --part --dtypes %s" % dtype, "# method=fake",
-             "# part=%s" % name, ",".join(COLUMNS_FOR_TESTS)]
+             "# git=%s" % git, "# command=tools/bench.py --part --dtypes %s" % dtype]
+    lines += ["# timing=%s" % timing] if timing else []
+    lines += ["# method=fake", "# part=%s" % name, ",".join(COLUMNS_FOR_TESTS)]
     for impl, kind, pct in (("01_a", "stage", stage_pct), ("fa2", "reference", "100.00")):
         lines.append(",".join(str(x) for x in (impl, kind, "headline", dtype, 128, 2, 4, 4, 0, 0, 256, 256, 1.0, 1.0,
                                                0.0537, pct, "", 1e-4, 1e-4, "PASS", name)))
@@ -611,7 +650,8 @@ def test_merge(tmp):
     common = ["--build-dir", build, "--out-dir", out_dir, "--plots-dir", os.path.join(tmp, "merge_plots"),
               "--readme", readme, "--no-docs"]
     write(os.path.join(parts, "part_fp16_d128.csv"), part_csv("part_fp16_d128", "fp16"))
-    write(os.path.join(parts, "part_bf16_d128.csv"), part_csv("part_bf16_d128", "bf16", stage_pct="60.00"))
+    write(os.path.join(parts, "part_bf16_d128.csv"), part_csv("part_bf16_d128", "bf16", stage_pct="60.00",
+                                                              timing="separate"))
     rc, out = run([sys.executable, BENCH, "--merge"] + common)
     sys.stdout.write(out)
     latest = os.path.join(out_dir, "latest.csv")
@@ -628,10 +668,12 @@ def test_merge(tmp):
           and re.search(r"results_fake-gpu_20000101-000000\.csv", read(readme)) is not None,
           "the merged CSV is dated by its first part and the README is generated from it")
     check("measured in parts (part_fp16_d128, part_bf16_d128)" in read(readme), "the README says it was run in parts")
+    check("# timing=separate" in text, "a part without a timing line merges with a separate one, as separate")
 
     refused = [
         ("part_fp16_d128_again.csv", part_csv("part_fp16_d128_again", "fp16"), "both measured fp16"),
         ("part_bf16_d64.csv", part_csv("part_bf16_d64", "fp16", git="1111111"), "differ in git"),
+        ("part_fp16_d64.csv", part_csv("part_fp16_d64", "fp16", timing="rounds"), "differ in timing"),
         ("not_a_part.csv", part_csv("x", "fp16").replace("# part=x\n", ""), "is not a part"),
     ]
     for name, content, reason in refused:
@@ -654,9 +696,10 @@ def test_merge(tmp):
 
 FAKE_FA_RUN = r'''#!%(python)s
 # A stand-in for build/fa_run (made-up numbers): --list --json, and rows as the runner prints them;
-# --causal halves the time, --alibi adds 2%%, --kv-heads is accepted. Its CSV has a causal column but
-# no kv_heads or alibi column, as the real runner's: bench.py takes those from the command.
-import json, sys
+# --causal halves the time, --alibi adds 2%%, --kv-heads is accepted, --no-time checks only. Its CSV
+# has a causal column but no kv_heads or alibi column, as the real runner's: bench.py takes those
+# from the command. FAKE_FA_RUN_FAIL=<stage>@<seq>,... fails those checks.
+import json, os, sys
 args = sys.argv[1:]
 if args[:2] == ["--list", "--json"]:
     print(json.dumps([
@@ -670,7 +713,7 @@ if args[:2] == ["--list", "--json"]:
          "arch_specific": False, "features": ["any_length", "causal", "gqa", "alibi"], "dtypes": ["fp16", "bf16"],
          "head_dims": [64, 128]}]))
     sys.exit(0)
-flags = {"--causal", "--alibi"}
+flags = {"--causal", "--alibi", "--no-time"}
 opt, i = {}, 0
 while i < len(args):
     if args[i] in flags:
@@ -687,10 +730,15 @@ with open(opt["--csv"], "w") as f:
     for seq in opt["--seq"].split(","):
         for i, stage in enumerate(opt["--stage"].split(",")):
             ms = 0.001 * int(seq) / (i + 1) * (0.5 if causal else 1.0) * (1.02 if opt.get("--alibi") else 1.0)
-            print("%%-18s %%s %%s %%s %%s %%s %%s %%.4f %%.4f 1.0 1e-4 1e-4  PASS" %% (
-                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], seq, seq, ms, ms), flush=True)
-            f.write("%%s,%%s,%%s,%%s,%%s,%%d,%%s,%%s,%%g,%%g,1.0,1e-4,1e-4,2e-4,PASS\n" %% (
-                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], causal, seq, seq, ms, ms))
+            failing = os.environ.get("FAKE_FA_RUN_FAIL", "").split(",")
+            status = "FAIL: fake bad element" if "%%s@%%s" %% (stage, seq) in failing else "PASS"
+            times = ("%%g" %% ms, "%%g" %% ms, "1.0") if status == "PASS" and not opt.get("--no-time") else ("-",) * 3
+            print("%%-18s %%s %%s %%s %%s %%s %%s %%s %%s %%s 1e-4 1e-4  %%s" %% ((
+                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], seq, seq) + times + (status,)),
+                flush=True)
+            f.write("%%s,%%s,%%s,%%s,%%s,%%d,%%s,%%s,%%s,%%s,%%s,1e-4,1e-4,2e-4,%%s\n" %% ((
+                stage, opt["--dtype"], opt["--head-dim"], opt["--batch"], opt["--heads"], causal, seq, seq)
+                + tuple(t.replace("-", "") for t in times) + (status,)))
 '''
 
 
@@ -740,14 +788,42 @@ def test_bench(tmp):
     check("series causal: 8 results; stages declaring causal (the newest per target): 04_fake_general" in out
           and "--stage 02_fake,04_fake_general --dtype fp16 --head-dim 128 --seq 128,256 --batch 16 --heads 32 --causal"
           not in out, "--feature-stages newest runs only the newest declaring stage per target")
-    rc, out = run([sys.executable, BENCH, "--dry-run"] + [a for a in common if a != "--no-reference"])
+    with_references = [a for a in common if a != "--no-reference"]
+    rc, out = run([sys.executable, BENCH, "--dry-run", "--timing", "separate"] + with_references)
+    separate_counts = [line for line in out.splitlines() if line.startswith("bench.py: series ")]
     check("torch_reference.py --dtype fp16 --head-dim 128 --seqs 128,256 --causal-seqs 128,256 --any-length-seqs 100 "
           "--gqa-seqs 128,256 --kv-heads 8 --batch" in out,
-          "one torch_reference.py command per (dtype, head_dim) with the causal, any-length and gqa cases, no ALiBi")
+          "--timing separate: one torch_reference.py command per (dtype, head_dim) with the causal, any-length and "
+          "gqa cases, no ALiBi")
+
+    # Rounds (the default): fa_run checks only, then interleaved.py per (dtype, head_dim) and series group.
+    write(os.path.join(build, "libfa_capi.so"), "")  # a real run would also need PyTorch; a dry run says so
+    rc, out = run([sys.executable, BENCH, "--dry-run"] + with_references)
+    lib = os.path.join(build, "libfa_capi.so")
+    rounds_commands = [line for line in out.splitlines() if "interleaved.py --lib %s " % lib in line]
+    check(rc == 0 and "(timing: rounds)" in out and "torch_reference.py" not in out
+          and len([line for line in out.splitlines() if "fa_run --stage" in line and line.endswith(".csv")
+                   and " --no-time --csv " in line]) == 20,
+          "--dry-run in rounds: the same fa_run commands, each --no-time, and no torch_reference.py")
+    check(len(rounds_commands) == 12 and "--stages 01_fake,02_fake,04_fake_general --dtype fp16 --head-dim 128 --seqs "
+          "128,256 --alibi-stages 04_fake_general --any-length 100,0 --any-length-stages 02_fake,04_fake_general "
+          "--any-length-references --batch 16 --heads 32 --warmup 5 --reps 20 --seed 1 --check-rows 4 --csv" in out
+          and "--stages 02_fake,04_fake_general --dtype fp16 --head-dim 64 --seqs 128,256 --causal --batch" in out
+          and "--stages 04_fake_general --dtype bf16 --head-dim 64 --seqs 128,256 --kv-heads 8 --batch" in out,
+          "--dry-run in rounds: per (dtype, head_dim) one interleaved.py command for the headline shapes with the "
+          "ALiBi and any-length rows (S = 100 beside 128), one for causal, one for gqa (%d)" % len(rounds_commands))
+    check(len(separate_counts) == 5 and separate_counts == [line for line in out.splitlines()
+                                                            if line.startswith("bench.py: series ")],
+          "--dry-run in rounds: as many results per series as separately")
+    check(("PyTorch is not importable" in out) == (importlib.util.find_spec("torch") is None),
+          "--dry-run in rounds says when a real run on this machine would time separately (no PyTorch)")
+    os.remove(os.path.join(build, "libfa_capi.so"))
 
     rc, out = run([sys.executable, BENCH] + common)
     sys.stdout.write(out)
     check(rc == 0, "bench.py with a fake fa_run exits 0")
+    check("bench.py: timing each result in a series of its own (--timing separate), not in rounds: --no-reference"
+          in out, "--no-reference times separately, with a line saying why")
     check("skipping 03_fake_hopper: built for sm_90a" in out and "this GPU is 8.0" in out,
           "an sm_90a stage is skipped on compute capability 8.0, with a message")
     progress = [line for line in out.splitlines() if line.startswith("[") and " left]" in line]
@@ -798,6 +874,7 @@ def main():
         test_committed_wgmma_peak(tmp)
         test_sentences_and_columns()
         test_general_series(tmp)
+        test_timing_words(tmp)
         test_flops_and_reference_check()
         test_merge(tmp)
         test_bench(tmp)

@@ -46,6 +46,12 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_interleaved.py)
   set_tests_properties(test_interleaved PROPERTIES LABELS cpu)
 
+  # tools/bench.py's rounds protocol (fa_run checks, tools/interleaved.py times): the plan, the
+  # mapping of interleaved.py's rows, the combined status and a whole run with fakes, without a GPU.
+  add_test(NAME test_bench_rounds
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_rounds.py)
+  set_tests_properties(test_bench_rounds PROPERTIES LABELS cpu)
+
   # tools/schedule_model.py: the static schedules' counts that the pages of stages 23 and 24 quote.
   add_test(NAME test_schedule_model
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_schedule_model.py)

@@ -1,45 +1,60 @@
 #!/usr/bin/env python3
 """The main benchmark: every stage against PyTorch's FlashAttention-2 and cuDNN, in one CSV.
 
-For each (dtype, head_dim) it runs the C++ runner (build/fa_run: check against fp64, then time)
-once per series of rows (tools/results_csv.py SERIES), with the stages that declare that dtype
-and head_dim and that this GPU can run (an sm_90a stage is skipped, with a message, on any GPU but
-compute capability 9.0):
+For each (dtype, head_dim) it checks and times the stages that declare that dtype and head_dim and
+that this GPU can run (an sm_90a stage is skipped, with a message, on any GPU but compute
+capability 9.0), in these series of rows (tools/results_csv.py SERIES):
 
   headline    every stage, non-causal, at --seqs (S = 1024..8192)
-  causal      the stages whose stage.json features include "causal": fa_run --causal at --seqs
+  causal      the stages whose stage.json features include "causal": causal at --seqs
               (seq_q = seq_kv); FLOPs are half the non-causal count
   any_length  the stages declaring "any_length": --any-length-seqs (S = 1000, 4000), compared
               with the same stage's headline rows at 1024 and 4096
-  gqa         the stages declaring "gqa": fa_run --kv-heads 8 (32 query heads share 8 K/V heads)
-  alibi       the stages declaring "alibi": fa_run --alibi, compared with the same stage's headline
-              rows (PyTorch's fused backends take no ALiBi, so there is no reference to hold it to)
+  gqa         the stages declaring "gqa": --kv-heads 8 (32 query heads share 8 K/V heads)
+  alibi       the stages declaring "alibi": with ALiBi slopes, compared with the same stage's
+              headline rows (PyTorch's fused backends take no ALiBi, so there is no reference)
 
-then tools/torch_reference.py (a separate process, so nothing here imports torch) on the same
-shapes: one process per (dtype, head_dim) for every series that has a reference (FA2 and cuDNN with
-is_causal=True for causal, enable_gqa=True for gqa). It merges everything into one CSV with % of
-FA2 and % of cuDNN per row, prints a compact table, renders the plots and the README's results
-(tools/plot.py) and, when it wrote plots/results/latest.csv, refreshes the generated sections of
-docs/ (tools/gen_docs.py), so that every check of the generated text passes after the run.
+How (--timing; docs/benchmarking.md, Timing):
+
+  rounds      (the default) the C++ runner checks every result against fp64 (build/fa_run
+              --no-time, once per series); then tools/interleaved.py (build/libfa_capi.so, in
+              PyTorch's process) times the stages that passed together with FA2 and cuDNN: per
+              shape, warm-up and timed rounds, each round launching every implementation once in
+              an order shuffled afresh, each launch between its own CUDA events (each output
+              checked again on sampled rows first). One process per (dtype, head_dim) for the
+              headline shapes, whose rounds also hold the ALiBi rows and the any-length rows (S =
+              1000 in the rounds of 1024, 4000 in those of 4096, with FA2 and cuDNN there), one
+              for the causal and one for the gqa shapes. A stage's row passes only if both checks
+              passed. Under --no-reference, or without PyTorch or build/libfa_capi.so, it times
+              separately instead, and says why.
+  separate    the protocol of the CSVs before rounds: fa_run checks and then times each result in
+              a series of its own (warm-up, then timed launches), one process per series; then
+              tools/torch_reference.py times FA2 and cuDNN the same way in one process per
+              (dtype, head_dim), for every series that has a reference.
+
+Nothing here imports torch. It merges everything into one CSV with % of FA2 and % of cuDNN per
+row, prints a compact table, renders the plots and the README's results (tools/plot.py) and, when
+it wrote plots/results/latest.csv, refreshes the generated sections of docs/ (tools/gen_docs.py),
+so that every check of the generated text passes after the run.
 
 A job too long for one command (a GPU lent 10 minutes per command) runs in parts, each a
 complete run of some dtypes / head_dims with its own FA2 and cuDNN references:
   bench.py --part --dtypes fp16     writes <out-dir>/parts/part_fp16_d64_d128.csv, nothing else
   bench.py --part --dtypes bf16     the same for bf16
   bench.py --merge                  one results CSV from every <out-dir>/parts/*.csv (each row keeps
-                                    the ratios of its own part; GPU, driver, CUDA and git revision
-                                    recorded per part and required to agree), then the plots,
-                                    README and docs as after a one-piece run; needs no GPU
+                                    the ratios of its own part; GPU, driver, CUDA, git revision and
+                                    timing recorded per part and required to agree), then the
+                                    plots, README and docs as after a one-piece run; needs no GPU
 
-Progress: one line per result as it finishes (the runner's own row), led by how many are done,
-the time so far and an estimate of the time left.
+Progress: one line per result as it finishes (a check: fa_run's row; a time: interleaved.py's or
+the runner's row), led by how many are done, the time so far and an estimate of the time left.
 
 Output: <out-dir>/results_<gpu>_<YYYYmmdd-HHMMSS>.csv (UTC), copied to <out-dir>/latest.csv.
 Exit status: 0 if every stage and every available reference passed its check; 1 if any failed or
 could not run (it has no time in the CSV), or a later step failed; 2 for bad options, a missing
 build or parts that cannot be merged; 3 if no GPU.
 
-Usually started by scripts/run_all.sh, which builds build/fa_run first.
+Usually started by scripts/run_all.sh, which builds build/fa_run and build/libfa_capi.so first.
 """
 
 import argparse
@@ -49,6 +64,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -60,9 +76,10 @@ import stages as stage_declarations
 from cli_util import (REPO, compute_capability, git_revision, int_list, nvidia_smi_query, run_quiet,
                       shown_path, stage_runs_on)
 from results_csv import (COLUMNS, REFERENCES, SERIES, attention_flops, fill_reference_ratios, normalize_row, number,
-                         read_results_csv, shape_key, write_results_csv)
+                         pair_lengths, read_results_csv, shape_key, timing_of, write_results_csv)
 
 TORCH_REFERENCE = os.path.join(REPO, "tools", "torch_reference.py")
+INTERLEAVED = os.path.join(REPO, "tools", "interleaved.py")
 PLOT = os.path.join(REPO, "tools", "plot.py")
 GEN_DOCS = os.path.join(REPO, "tools", "gen_docs.py")
 DEFAULT_OUT_DIR = os.path.join(REPO, "plots", "results")  # the CSV the README and docs/ are generated from
@@ -73,6 +90,10 @@ PARTS_DIR = "parts"  # under --out-dir: the CSVs of a job run in parts, until --
 # each with its option there.
 REFERENCE_SERIES_OPTIONS = collections.OrderedDict(
     [("headline", "--seqs"), ("causal", "--causal-seqs"), ("any_length", "--any-length-seqs"), ("gqa", "--gqa-seqs")])
+# Rounds: the inputs' seed (torch_reference.py's default, so the references see the data they see
+# there) and the query rows per (batch, head) interleaved.py checks again after fa_run's check.
+ROUNDS_SEED = 1
+ROUNDS_CHECK_ROWS = 4
 
 
 class Abort(Exception):
@@ -116,8 +137,10 @@ def parse_args(argv):
                         "(default), or only the newest of each target (sm_80, sm_90a) per feature, to save time")
     p.add_argument("--batch", type=int, default=None, help="batch size (default 16; --quick: 4)")
     p.add_argument("--heads", type=int, default=None, help="heads (default 32)")
-    p.add_argument("--reps", type=int, default=None, help="timed launches per result (default 20; --quick: 5)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed launches first (default 5; --quick: 2)")
+    p.add_argument("--reps", type=int, default=None,
+                   help="timed launches per result, in rounds one per round (default 20; --quick: 5)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed launches (rounds) first (default 5; --quick: 2)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: seq 1024, batch 4, 5 reps; results and plots go to build/bench-quick and the "
                         "README and docs/ are left alone unless --out-dir/--readme say otherwise")
@@ -137,8 +160,15 @@ def parse_args(argv):
     p.add_argument("--no-docs", action="store_true",
                    help="do not run tools/gen_docs.py afterwards (then its --check fails if latest.csv changed)")
     p.add_argument("--no-reference", action="store_true",
-                   help="skip PyTorch (reference rows say 'unavailable: skipped (--no-reference)')")
-    p.add_argument("--build-dir", default=os.path.join(REPO, "build"), help="where fa_run was built (default build)")
+                   help="skip PyTorch (reference rows say 'unavailable: skipped (--no-reference)'); times separately")
+    p.add_argument("--timing", choices=["rounds", "separate"], default="rounds",
+                   help="rounds (default): fa_run checks, then tools/interleaved.py times every implementation of "
+                        "a shape in the same shuffled rounds; separate: each result in a series of its own, the "
+                        "stages in fa_run, FA2 and cuDNN in tools/torch_reference.py (the CSVs before rounds). "
+                        "Rounds fall back to separate, with a line saying why, under --no-reference, without "
+                        "PyTorch or without <build-dir>/libfa_capi.so")
+    p.add_argument("--build-dir", default=os.path.join(REPO, "build"),
+                   help="where fa_run and libfa_capi.so were built (default build)")
     p.add_argument("--compute-capability", default=None, metavar="CC",
                    help="the GPU's compute capability, e.g. 90 or 8.6 (default: asked from nvidia-smi); decides "
                         "which stages are skipped, e.g. to see what --dry-run would run on another GPU")
@@ -225,20 +255,20 @@ def parse_kv_line(line):
 
 
 def read_runner_csv(path):
-    """(header line without '# ', rows) of a CSV written by fa_run or torch_reference.py; the rows
-    written before a crash are kept."""
+    """(header without '# ', rows) of a CSV written by fa_run, torch_reference.py or interleaved.py
+    (whose header lines are joined with '; '); the rows written before a crash are kept."""
     import csv
-    header, lines = "", []
+    header, lines = [], []
     if not os.path.exists(path):
-        return header, []
+        return "", []
     with open(path, newline="") as f:
         for line in f:
             if line.startswith("#"):
-                header = header or line[1:].strip()
+                header.append(line[1:].strip())
             elif line.strip():
                 lines.append(line)
     rows = [r for r in csv.DictReader(lines) if (r.get("seq_q") or "").isdigit() and r.get("status")]
-    return header, rows  # a line cut short by a crash has no status and is dropped
+    return "; ".join(header), rows  # a line cut short by a crash has no status and is dropped
 
 
 # ------------------------------------------------------------------------------------------------
@@ -367,6 +397,82 @@ def planned_results(args, runs, references):
     return keys
 
 
+# Rounds: one tools/interleaved.py process per (dtype, head_dim) and group of series. At each of its
+# lengths `seqs` it times `stages` (rows of `series`), `alibi_stages` with ALiBi slopes (alibi rows)
+# and, with `references`, FA2 and cuDNN; where `any_length` (one entry per length, 0 for none) names
+# a length, `any_length_stages` at that length (any_length rows), with FA2 and cuDNN there too.
+RoundsRun = collections.namedtuple("RoundsRun", "series dtype head_dim seqs stages alibi_stages any_length "
+                                                "any_length_stages references")
+
+
+def plan_rounds(args, runs):
+    """[RoundsRun] in the order they run, per dtype and head_dim: the headline process, whose rounds
+    also hold the alibi rows and the any-length rows of the paired lengths (pair_lengths); then, each
+    in rounds of their own, the causal shapes, the any-length lengths without a partner, the gqa
+    shapes and, without the headline series, the alibi rows."""
+    pairs = pair_lengths(args.seqs, args.any_length_seqs)
+    partner_of = {headline: length for length, headline in pairs.items() if headline is not None}
+    plan = []
+    for dtype in args.dtypes:
+        for head_dim in args.head_dims:
+            names = {r.series: r.names for r in runs if (r.dtype, r.head_dim) == (dtype, head_dim)}
+            alibi, any_length = names.get("alibi", []), names.get("any_length", [])
+            alone = args.any_length_seqs if any_length else []  # the any-length lengths without a partner
+            if "headline" in args.series:
+                beside = [partner_of.get(seq, 0) if any_length else 0 for seq in args.seqs]
+                plan.append(RoundsRun("headline", dtype, head_dim, args.seqs, names.get("headline", []), alibi,
+                                      beside, any_length if any(beside) else [], True))
+                alone = [length for length in alone if pairs[length] is None]
+                alibi = []
+            for series, seqs, stages, alibi_stages, references in (
+                    ("causal", args.seqs, names.get("causal"), [], True),
+                    ("any_length", alone, any_length, [], True),
+                    ("gqa", args.seqs, names.get("gqa"), [], True),
+                    ("alibi", args.seqs, [], alibi, False)):
+                if seqs and (stages or alibi_stages):
+                    plan.append(RoundsRun(series, dtype, head_dim, seqs, stages, alibi_stages, [0] * len(seqs), [],
+                                          references))
+    return plan
+
+
+def rounds_results(run):
+    """Progress keys (impl, series, dtype, head_dim, seq) of every row a RoundsRun times."""
+    references = list(REFERENCES) if run.references else []
+    keys = []
+    for seq, other in zip(run.seqs, run.any_length):
+        keys += [(name, run.series, run.dtype, run.head_dim, seq) for name in run.stages + references]
+        keys += [(name, "alibi", run.dtype, run.head_dim, seq) for name in run.alibi_stages]
+        if other:
+            keys += [(name, "any_length", run.dtype, run.head_dim, other) for name in run.any_length_stages + references]
+    return keys
+
+
+def checked_rounds(run, passed):
+    """The RoundsRuns that time what of `run` passed fa_run's check (`passed`: progress keys): one per
+    set of lengths at which the same stages passed (all of them, as a rule: one process)."""
+    groups = []  # [stages, alibi_stages, any_length_stages (None: no length paired yet), [(seq, other)]]
+    for seq, other in zip(run.seqs, run.any_length):
+        stages = [n for n in run.stages if (n, run.series, run.dtype, run.head_dim, seq) in passed]
+        alibi = [n for n in run.alibi_stages if (n, "alibi", run.dtype, run.head_dim, seq) in passed]
+        beside = [n for n in run.any_length_stages if (n, "any_length", run.dtype, run.head_dim, other) in passed] \
+            if other else None
+        group = next((g for g in groups if g[:2] == [stages, alibi] and (None in (g[2], beside) or g[2] == beside)),
+                     None)
+        if group is None:
+            groups.append([stages, alibi, beside, [(seq, other)]])
+        else:
+            group[2] = group[2] if beside is None else beside
+            group[3].append((seq, other))
+    return [run._replace(stages=stages, alibi_stages=alibi, any_length_stages=beside or [],
+                         seqs=[seq for seq, _ in cases], any_length=[other for _, other in cases])
+            for stages, alibi, beside, cases in groups if stages or alibi or beside or run.references]
+
+
+def check_key(key):
+    """The progress key of fa_run's check of a result that is timed in rounds."""
+    return (key[0] + " (check)",) + key[1:]
+
+
 # ------------------------------------------------------------------------------------------------
 # Progress
 
@@ -457,9 +563,43 @@ def show_command(cmd):
     return "$ " + " ".join(shlex.quote(c) for c in shown)
 
 
-def stream(cmd, env=None, progress=None, dtypes=(), series=None):
-    """Runs cmd, echoing its output live; a result row is led by the progress. Returns (exit code,
-    last lines)."""
+class RoundsTable:
+    """Progress keys from the tables tools/interleaved.py prints, one per case after its rounds: a
+    title ('fp16, head_dim 128, [16, 1024, 32, 128]...'), then a line per implementation whose second
+    field is its median or '-'."""
+
+    TITLE = re.compile(r"(fp16|bf16), head_dim (\d+), \[\d+, (\d+), ")
+
+    def __init__(self, series):
+        self.series, self.case = series, None
+
+    def __call__(self, line):
+        title = self.TITLE.match(line)
+        if title:
+            self.case = (title.group(1), int(title.group(2)), int(title.group(3)))
+            return None
+        parts = line.split()
+        if self.case is None or len(parts) < 3 or (parts[1] != "-" and number(parts[1]) is None):
+            return None
+        impl, series, seq = rounds_impl(parts[0], self.series)
+        return impl, series, self.case[0], self.case[1], seq or self.case[2]
+
+
+def rounds_impl(name, series):
+    """(impl, series, seq or None) of a row name of tools/interleaved.py in a process timing `series`:
+    <stage>+alibi is an alibi row, <impl>@<length> an any_length row at that length, any other name
+    a row of `series` at its case's length."""
+    if "@" in name:
+        impl, length = name.rsplit("@", 1)
+        return impl, "any_length", int(length) if length.isdigit() else None
+    if name.endswith("+alibi"):
+        return name[:-len("+alibi")], "alibi", None
+    return name, series, None
+
+
+def stream(cmd, env=None, progress=None, result=None):
+    """Runs cmd, echoing its output live; a line that `result` turns into a progress key is led by the
+    progress. Returns (exit code, last lines)."""
     print(show_command(cmd), flush=True)
     tail = collections.deque(maxlen=12)
     if progress:
@@ -470,7 +610,7 @@ def stream(cmd, env=None, progress=None, dtypes=(), series=None):
     except OSError as e:
         return 127, [str(e)]
     for line in proc.stdout:
-        key = result_key(line, dtypes, series) if progress else None
+        key = result(line) if progress else None
         if key:
             progress.finish(key)
             sys.stdout.write("%s %s" % (progress.prefix(), line))
@@ -483,12 +623,34 @@ def stream(cmd, env=None, progress=None, dtypes=(), series=None):
 
 
 def fa_run_command(args, fa_run, run, csv_path):
+    """The runner's command of a StageRun: check and time, or in rounds check only (--no-time)."""
     causal, kv_heads, alibi = series_shape(run.series, args)
     cmd = [fa_run, "--stage", ",".join(run.names), "--dtype", run.dtype, "--head-dim", str(run.head_dim),
            "--seq", ",".join(map(str, run.seqs)), "--batch", str(args.batch), "--heads", str(args.heads)]
     cmd += (["--causal"] if causal else []) + (["--kv-heads", str(kv_heads)] if kv_heads != args.heads else [])
     cmd += ["--alibi"] if alibi else []
-    return cmd + ["--warmup", str(args.warmup), "--reps", str(args.reps), "--csv", csv_path]
+    cmd += ["--no-time"] if args.timing == "rounds" else ["--warmup", str(args.warmup), "--reps", str(args.reps)]
+    return cmd + ["--csv", csv_path]
+
+
+def interleaved_command(args, run, csv_path):
+    causal, kv_heads, _ = series_shape(run.series, args)
+    cmd = [sys.executable, INTERLEAVED, "--lib", capi_library(args), "--stages", ",".join(run.stages),
+           "--dtype", run.dtype, "--head-dim", str(run.head_dim), "--seqs", ",".join(map(str, run.seqs))]
+    cmd += ["--alibi-stages", ",".join(run.alibi_stages)] if run.alibi_stages else []
+    if any(run.any_length):
+        cmd += ["--any-length", ",".join(map(str, run.any_length)),
+                "--any-length-stages", ",".join(run.any_length_stages)]
+        cmd += ["--any-length-references"] if run.references else []
+    cmd += [] if run.references else ["--references", ""]
+    cmd += (["--causal"] if causal else []) + (["--kv-heads", str(kv_heads)] if kv_heads != args.heads else [])
+    return cmd + ["--batch", str(args.batch), "--heads", str(args.heads), "--warmup", str(args.warmup),
+                  "--reps", str(args.reps), "--seed", str(ROUNDS_SEED), "--check-rows", str(ROUNDS_CHECK_ROWS),
+                  "--csv", csv_path]
+
+
+def capi_library(args):
+    return os.path.join(os.path.abspath(args.build_dir), "libfa_capi.so")
 
 
 def reference_command(args, dtype, head_dim, cases, csv_path):
@@ -520,9 +682,13 @@ def label_rows(rows, series, causal, kv_heads, alibi):
 def run_stages(args, fa_run, run, workdir, env, progress):
     """Rows of every (stage, seq) of one StageRun; a crash of the runner does not lose the other
     stages: the missing ones are run again one stage per process."""
+    def key(line):
+        found = result_key(line, args.dtypes, run.series)
+        return check_key(found) if found and args.timing == "rounds" else found
+
     def runner(stage_list, seqs, csv_path):
         cmd = fa_run_command(args, fa_run, run._replace(names=stage_list, seqs=seqs), csv_path)
-        rc, tail = stream(cmd, env, progress, args.dtypes, run.series)
+        rc, tail = stream(cmd, env, progress, key)
         if rc == 3:  # fa_run's own message above says why
             raise Abort(3, "bench.py: no usable CUDA GPU; nothing was measured.")
         if rc == 2 and run.series == "headline":
@@ -549,7 +715,8 @@ def run_stages(args, fa_run, run, workdir, env, progress):
         missing = [(s, q) for q in run.seqs for s in run.names if (s, q) not in have]
     for stage, seq in missing:
         why = tail[-1] if tail else "no output"
-        progress.finish((stage, run.series, run.dtype, run.head_dim, seq))
+        done = (stage, run.series, run.dtype, run.head_dim, seq)
+        progress.finish(check_key(done) if args.timing == "rounds" else done)
         rows.append({"impl": stage, "dtype": run.dtype, "head_dim": run.head_dim, "batch": args.batch,
                      "heads": args.heads, "seq_q": seq, "seq_kv": seq,
                      "status": "ERROR: not run: fa_run exited with code %d (%s)" % (rc, why)})
@@ -569,7 +736,8 @@ def run_references(args, dtype, head_dim, cases, workdir, progress):
     if args.no_reference:
         return "", expected_rows("unavailable: skipped (--no-reference)")
     csv_path = os.path.join(workdir, "reference_%s_d%d.csv" % (dtype, head_dim))
-    rc, tail = stream(reference_command(args, dtype, head_dim, cases, csv_path), None, progress, args.dtypes)
+    rc, tail = stream(reference_command(args, dtype, head_dim, cases, csv_path), None, progress,
+                      lambda line: result_key(line, args.dtypes, None))
     header, rows = read_runner_csv(csv_path)
     for row in rows:
         row.setdefault("series", "headline")  # a reference script without series writes headline rows only
@@ -579,6 +747,97 @@ def run_references(args, dtype, head_dim, cases, workdir, progress):
             progress.finish((row["impl"], row["series"], dtype, head_dim, row["seq_q"]))
             rows.append(row)
     return header, rows
+
+
+def run_rounds(args, run, workdir, env, progress):
+    """(interleaved.py's header, {progress key: row}) of one RoundsRun (rounds_rows)."""
+    tag = "%s_%s_d%d_%d" % (run.series, run.dtype, run.head_dim, run.seqs[0])
+    csv_path = os.path.join(workdir, "rounds_%s.csv" % tag)
+    rc, tail = stream(interleaved_command(args, run, csv_path), env, progress, RoundsTable(run.series))
+    header, rows = read_runner_csv(csv_path)
+    return header, rounds_rows(args, run, rows, "ERROR: not run: interleaved.py exited with code %d (%s)"
+                               % (rc, tail[-1] if tail else "no output"))
+
+
+def rounds_rows(args, run, rows, missing_status):
+    """{progress key: row} of every result of a RoundsRun: interleaved.py's rows in bench.py's terms
+    (impl and series from the name, rounds_impl; the shape columns of the series), and a row with
+    `missing_status` for each result it did not write."""
+    timed = {}
+    for row in rows:
+        impl, series, _ = rounds_impl(row["impl"], run.series)
+        row = label_rows([dict(row, impl=impl)], series, *series_shape(series, args))[0]
+        timed[(impl, series, run.dtype, run.head_dim, int(row["seq_q"]))] = row
+    for key in rounds_results(run):
+        if key not in timed:
+            impl, series, dtype, head_dim, seq = key
+            causal, kv_heads, alibi = series_shape(series, args)
+            timed[key] = {"impl": impl, "kind": "reference" if impl in REFERENCES else "stage", "series": series,
+                          "dtype": dtype, "head_dim": head_dim, "batch": args.batch, "heads": args.heads,
+                          "kv_heads": kv_heads, "causal": int(causal), "alibi": int(alibi), "seq_q": seq,
+                          "seq_kv": seq, "status": missing_status}
+    return timed
+
+
+def rounds_stage_row(check, timed):
+    """A stage's row in rounds: fa_run's check (status, errors), the time of its rounds. It passes only
+    if fa_run's check and interleaved.py's passed; otherwise the status names the one that did not."""
+    row = dict(check, median_ms="", min_ms="", tflops="")
+    for source, result in (("fa_run's check", check), ("interleaved.py's check", timed)):
+        if result["status"] != "PASS":
+            kind, _, why = result["status"].partition(": ")
+            row["status"] = result["status"] if why.startswith("not run") else "%s: %s: %s" % (kind, source, why)
+            return row
+    row.update(median_ms=timed["median_ms"], min_ms=timed["min_ms"], tflops=timed["tflops"])
+    return row
+
+
+def measure_separately(args, fa_run, runs, references, workdir, env, progress):
+    """(stage rows, reference rows, fa_run's header, torch_reference.py's header): per (dtype,
+    head_dim), fa_run checks and times each series' stages, then torch_reference.py the references."""
+    stage_rows, reference_rows = [], []
+    runner_header = reference_header = ""
+    for dtype in args.dtypes:
+        for head_dim in args.head_dims:
+            for run in [r for r in runs if (r.dtype, r.head_dim) == (dtype, head_dim)]:
+                header, rows = run_stages(args, fa_run, run, workdir, env, progress)
+                runner_header = runner_header or header
+                stage_rows += rows
+            if (dtype, head_dim) in references:
+                header, rows = run_references(args, dtype, head_dim, references[(dtype, head_dim)], workdir, progress)
+                reference_header = reference_header or header
+                reference_rows += rows
+    return stage_rows, reference_rows, runner_header, reference_header
+
+
+def measure_in_rounds(args, fa_run, runs, rounds, workdir, env, progress):
+    """(stage rows, reference rows, fa_run's header, interleaved.py's header): per (dtype, head_dim),
+    fa_run checks every result, then the RoundsRuns time what passed."""
+    stage_rows, reference_rows = [], []
+    runner_header = rounds_header = ""
+    for dtype in args.dtypes:
+        for head_dim in args.head_dims:
+            checks = []
+            for run in [r for r in runs if (r.dtype, r.head_dim) == (dtype, head_dim)]:
+                header, rows = run_stages(args, fa_run, run, workdir, env, progress)
+                runner_header = runner_header or header
+                checks += rows
+            passed = {(r["impl"], r["series"], dtype, head_dim, int(r["seq_q"])) for r in checks if r["status"] == "PASS"}
+            timed = {}
+            for run in [r for r in rounds if (r.dtype, r.head_dim) == (dtype, head_dim)]:
+                for part in checked_rounds(run, passed):
+                    header, rows = run_rounds(args, part, workdir, env, progress)
+                    rounds_header = rounds_header or header
+                    timed.update(rows)
+                for key in rounds_results(run):
+                    if key in progress.pending:  # not timed: its fa_run check failed, or the process did not get to it
+                        progress.finish(key)
+            unplanned = {"status": "ERROR: not run: bench.py planned no rounds for it"}
+            for row in checks:
+                key = (row["impl"], row["series"], dtype, head_dim, int(row["seq_q"]))
+                stage_rows.append(rounds_stage_row(row, timed.get(key, unplanned)))
+            reference_rows += [row for row in timed.values() if row["kind"] == "reference"]
+    return stage_rows, reference_rows, runner_header, rounds_header
 
 
 # ------------------------------------------------------------------------------------------------
@@ -606,11 +865,16 @@ class MergeError(Exception):
 
 # Header values every part must share: one results CSV says one GPU, software and source revision.
 PART_AGREE = ("gpu", "driver", "cuda", "torch", "torch_cuda", "cudnn", "flash_impl", "compute_capability", "sms",
-              "cuda_driver_api", "git", "method")
+              "cuda_driver_api", "git", "timing", "method")
 # What each part records of itself in the merged CSV, on a line named after it
 # ('# part_fp16_d64_d128=date=...; git=...; ...').
 PART_FACTS = ("date", "git", "gpu", "driver", "cuda", "torch", "sm_clock_mhz_at_start", "sm_clock_mhz_at_end",
               "command")
+
+
+def part_value(meta, key):
+    """A part's header value; `timing` is 'separate' in a part written before that key existed."""
+    return timing_of(meta) if key == "timing" else meta.get(key, "")
 
 
 def merge_parts(paths, command):
@@ -638,7 +902,7 @@ def merge_parts(paths, command):
             raise MergeError("two part CSVs are both part %s: %s" % (name, ", ".join(
                 shown_path(path) for path, meta, _ in parts if meta["part"] == name)))
     for key in PART_AGREE:
-        values = collections.OrderedDict((meta["part"], meta.get(key, "")) for _, meta, _ in parts)
+        values = collections.OrderedDict((meta["part"], part_value(meta, key)) for _, meta, _ in parts)
         if len(set(values.values())) > 1:
             raise MergeError("the parts differ in %s, so they are not one run: %s" % (key, "; ".join(
                 "%s: %s" % (name, value or "(none)") for name, value in values.items())))
@@ -662,8 +926,9 @@ def merge_parts(paths, command):
              ("sm_clock_mhz_at_end", last.get("sm_clock_mhz_at_end", ""))]
     meta += [(key, first.get(key, "")) for key in ("sm_clock_max_mhz", "compute_capability", "sms", "cuda_driver_api",
                                                    "torch_cuda", "cudnn", "flash_impl", "date", "git")]
-    meta += [("command", command), ("skipped", "; ".join(skipped)), ("method", first.get("method", "")),
-             ("fa_run", first.get("fa_run", "")), ("torch_reference", first.get("torch_reference", "")),
+    meta += [("command", command), ("skipped", "; ".join(skipped)), ("timing", part_value(first, "timing")),
+             ("method", first.get("method", "")), ("fa_run", first.get("fa_run", "")),
+             ("torch_reference", first.get("torch_reference", "")), ("interleaved", first.get("interleaved", "")),
              ("parts", ", ".join(meta_of["part"] for _, meta_of, _ in parts))]
     for _, part_meta, _ in parts:
         meta.append((part_meta["part"],
@@ -796,7 +1061,8 @@ def merge_main(args, command):
 
 def launch_time_estimate(args, planned, csv_path):
     """A line on the GPU time the planned launches alone would take (1 checked + warmup + reps per
-    result), from the medians of an earlier run's CSV; what that CSV lacks is counted, not guessed."""
+    result; in rounds a stage's output is checked twice, by fa_run and by interleaved.py), from the
+    medians of an earlier run's CSV; what that CSV lacks is counted, not guessed."""
     if not os.path.exists(csv_path):
         return "bench.py: no %s to estimate the launch time from" % shown_path(csv_path)
     try:
@@ -805,12 +1071,75 @@ def launch_time_estimate(args, planned, csv_path):
         return "bench.py: cannot read %s to estimate the launch time (%s)" % (shown_path(csv_path), e)
     median_ms = {(r["impl"], r["series"], r["dtype"], int(r["head_dim"]), int(r["seq_q"])): number(r["median_ms"])
                  for r in rows if r["status"] == "PASS" and int(r["batch"]) == args.batch and int(r["heads"]) == args.heads}
-    known = [median_ms[key] for key in planned if median_ms.get(key)]
-    seconds = sum(known) * (1 + args.warmup + args.reps) / 1000.0
-    return ("bench.py: the launches alone (1 checked + %d warm-up + %d timed per result) take ~%s of GPU time for the "
-            "%d of %d results that %s has a median for; each result's check, each shape's data and fp64 reference "
-            "and each process's start come on top (docs/benchmarking.md, Run length)"
-            % (args.warmup, args.reps, fmt_duration(seconds), len(known), len(planned), shown_path(csv_path)))
+    known = [key for key in planned if median_ms.get(key)]
+    rounds = args.timing == "rounds"
+
+    def launches(key):  # in rounds, interleaved.py checks each stage's output once more
+        return 1 + args.warmup + args.reps + (1 if rounds and key[0] not in REFERENCES else 0)
+    seconds = sum(median_ms[key] * launches(key) for key in known) / 1000.0
+    counted = ("1 checked by fa_run and 1 by interleaved.py + %d warm-up + %d timed rounds per stage result, "
+               "1 checked + the rounds per reference" if rounds else "1 checked + %d warm-up + %d timed per result")
+    return ("bench.py: the launches alone (%s) take ~%s of GPU time for the %d of %d results that %s has a median "
+            "for; each result's check, each shape's data and fp64 reference and each process's start come on top "
+            "(docs/benchmarking.md, Run length)"
+            % (counted % (args.warmup, args.reps), fmt_duration(seconds), len(known), len(planned),
+               shown_path(csv_path)))
+
+
+def rounds_unavailable(args):
+    """Why this machine cannot time in rounds (None: it can): interleaved.py needs PyTorch and the
+    stages' C interface."""
+    if importlib.util.find_spec("torch") is None:
+        return "PyTorch is not importable for %s" % sys.executable
+    if not os.path.exists(capi_library(args)):
+        return "%s is missing (cmake --build %s --target fa_capi)" % (shown_path(capi_library(args)),
+                                                                   shown_path(args.build_dir))
+    return None
+
+
+def choose_timing(args):
+    """Falls back from rounds to separate (args.timing), with a line saying why, where rounds cannot
+    run; a dry run only says what a real run on this machine would do."""
+    if args.timing != "rounds":
+        return
+    why = "--no-reference (the rounds time FA2 and cuDNN beside the stages)" if args.no_reference \
+        else rounds_unavailable(args)
+    if why is None:
+        return
+    if args.dry_run and not args.no_reference:
+        print("bench.py: the commands below time in rounds; a real run on this machine would time separately "
+              "instead: %s" % why, flush=True)
+        return
+    print("bench.py: timing each result in a series of its own (--timing separate), not in rounds: %s" % why,
+          flush=True)
+    args.timing = "separate"
+
+
+def method_text(args):
+    """The CSV's `method`: how its rows were checked and timed."""
+    derived = ("tflops = 4*batch*heads*seq_q*seq_kv*head_dim / median (causal rows: half of that at seq_q = "
+               "seq_kv); pct_of_fa2 (pct_of_cudnn) = 100 * FA2's (cuDNN's) median / median, same shape and "
+               "series options (is_causal, enable_gqa)")
+    if args.timing == "separate":
+        return ("each result checked against fp64 attention first (no time if it fails); then %d warm-up "
+                "and %d timed launches, each between its own CUDA events; median_ms/min_ms over those; "
+                % (args.warmup, args.reps)) + derived
+    shared = []
+    if "alibi" in args.series and "headline" in args.series:
+        shared.append("the alibi rows")
+    if "any_length" in args.series and "headline" in args.series:
+        pairs = pair_lengths(args.seqs, args.any_length_seqs)
+        shared.append("the any_length rows, with FA2 and cuDNN at their length (%s)" % ", ".join(
+            "S = %d beside %d" % (length, headline) if headline else "S = %d in rounds of its own" % length
+            for length, headline in pairs.items()))
+    return ("each stage checked first by fa_run against fp64 attention (common/checker.h: every output element "
+            "written, every row or sampled rows; no time if it fails); then tools/interleaved.py, one process per "
+            "dtype, head_dim and series (%s), per shape %d warm-up and %d timed rounds, every implementation of the "
+            "shape launched once per round in an order shuffled afresh each round, each launch between its own "
+            "CUDA events, each output checked again first on %d sampled rows per (batch, head) (no time if it "
+            "fails); median_ms/min_ms over the timed rounds; "
+            % ("the headline rounds also holding %s" % " and ".join(shared) if shared else "no series sharing rounds",
+               args.warmup, args.reps, ROUNDS_CHECK_ROWS)) + derived + ", from the same rounds"
 
 
 def main(argv=None):
@@ -825,8 +1154,8 @@ def main(argv=None):
         return merge_main(args, command)
     fa_run = os.path.join(os.path.abspath(args.build_dir), "fa_run")
     if not args.dry_run and not os.access(fa_run, os.X_OK):
-        print("bench.py: %s not found. Build it first:\n  cmake -S . -B build && cmake --build build --target fa_run\n"
-              "or run everything with: bash scripts/run_all.sh" % shown_path(fa_run), file=sys.stderr)
+        print("bench.py: %s not found. Build it first:\n  cmake -S . -B build && cmake --build build --target fa_run "
+              "fa_capi\nor run everything with: bash scripts/run_all.sh" % shown_path(fa_run), file=sys.stderr)
         return 2
     try:
         chosen = resolve_stages(args.stages, stage_catalogue(fa_run))
@@ -842,13 +1171,22 @@ def main(argv=None):
     if gpu_cc is None:
         print("bench.py: the GPU's compute capability is unknown (no nvidia-smi, or it does not say); every "
               "stage is handed to fa_run, which refuses those this GPU cannot run", flush=True)
+    choose_timing(args)
+    rounds = args.timing == "rounds"
     runs = plan_runs(args, to_run)
-    references = reference_plan(args, runs)
-    planned = planned_results(args, runs, references)
+    if rounds:
+        timed_runs, references = plan_rounds(args, runs), {}
+        planned = [key for run in timed_runs for key in rounds_results(run)]
+        checks = [check_key(key) for key in planned_results(args, runs, {})]
+    else:
+        timed_runs, references = [], reference_plan(args, runs)
+        planned, checks = planned_results(args, runs, references), []
     print("bench.py: stages %s; dtypes %s; head_dims %s; seqs %s; batch %d; heads %d; %d warm-up + %d timed "
-          "launches; %d results to measure"
+          "%s; %d results to measure%s"
           % (",".join(s["name"] for s in to_run) or "none", ",".join(args.dtypes), ",".join(map(str, args.head_dims)),
-             ",".join(map(str, args.seqs)), args.batch, args.heads, args.warmup, args.reps, len(planned)), flush=True)
+             ",".join(map(str, args.seqs)), args.batch, args.heads, args.warmup, args.reps,
+             "rounds" if rounds else "launches", len(planned),
+             ", each stage's checked by fa_run first" if rounds else ""), flush=True)
     per_series = collections.Counter(key[1] for key in planned)
     for series in args.series:
         names = list(collections.OrderedDict.fromkeys(n for run in runs if run.series == series for n in run.names))
@@ -862,12 +1200,15 @@ def main(argv=None):
     if args.dry_run:
         print(launch_time_estimate(args, planned, os.path.join(DEFAULT_OUT_DIR, "latest.csv")), flush=True)
         placeholder = os.path.join(tempfile.gettempdir(), "fa_bench_XXXX")
-        print("bench.py: dry run, nothing is run; the commands:")
+        print("bench.py: dry run, nothing is run; the commands (timing: %s):" % args.timing)
         for dtype in args.dtypes:
             for head_dim in args.head_dims:
                 for run in [r for r in runs if (r.dtype, r.head_dim) == (dtype, head_dim)]:
                     csv_path = os.path.join(placeholder, "stages_%s_%s_d%d.csv" % (run.series, dtype, head_dim))
                     print(show_command(fa_run_command(args, fa_run, run, csv_path)))
+                for run in [r for r in timed_runs if (r.dtype, r.head_dim) == (dtype, head_dim)]:
+                    csv_path = os.path.join(placeholder, "rounds_%s_%s_d%d.csv" % (run.series, dtype, head_dim))
+                    print(show_command(interleaved_command(args, run, csv_path)))
                 if not args.no_reference and (dtype, head_dim) in references:
                     csv_path = os.path.join(placeholder, "reference_%s_d%d.csv" % (dtype, head_dim))
                     print(show_command(reference_command(args, dtype, head_dim, references[(dtype, head_dim)], csv_path)))
@@ -886,29 +1227,23 @@ def main(argv=None):
         print("bench.py: PyTorch is not installed for %s: the reference rows (FA2, cuDNN) will say "
               "'torch unavailable' and there is no %% of FA2." % sys.executable, flush=True)
 
-    progress = Progress(planned, args.batch, args.heads)
-    stage_rows, reference_rows = [], []
-    runner_header = reference_header = ""
+    progress = Progress(checks + planned, args.batch, args.heads)
     with tempfile.TemporaryDirectory(prefix="fa_bench_") as workdir:
         try:
-            for dtype in args.dtypes:
-                for head_dim in args.head_dims:
-                    for run in [r for r in runs if (r.dtype, r.head_dim) == (dtype, head_dim)]:
-                        header, rows = run_stages(args, fa_run, run, workdir, env, progress)
-                        runner_header = runner_header or header
-                        stage_rows += rows
-                    if (dtype, head_dim) in references:
-                        header, rows = run_references(args, dtype, head_dim, references[(dtype, head_dim)], workdir,
-                                                      progress)
-                        reference_header = reference_header or header
-                        reference_rows += rows
+            if rounds:
+                stage_rows, reference_rows, runner_header, reference_header = measure_in_rounds(
+                    args, fa_run, runs, timed_runs, workdir, env, progress)
+            else:
+                stage_rows, reference_rows, runner_header, reference_header = measure_separately(
+                    args, fa_run, runs, references, workdir, env, progress)
         except Abort as e:
             print(e, file=sys.stderr)
             return e.code
     smi_end = nvidia_smi_query()
-    print("bench.py: measured %d results in %s" % (len(progress.done), fmt_duration(time.monotonic() - progress.started)),
+    print("bench.py: measured %d results in %s" % (len(planned), fmt_duration(time.monotonic() - progress.started)),
           flush=True)
 
+    # reference_header: torch_reference.py's, or in rounds interleaved.py's (both name the PyTorch)
     runner_meta, torch_meta = parse_kv_line(runner_header), parse_kv_line(reference_header)
     gpu = smi_start.get("name") or runner_meta.get("gpu") or torch_meta.get("gpu") or "unknown GPU"
     meta = [
@@ -929,13 +1264,10 @@ def main(argv=None):
         ("git", git),
         ("command", command),
         ("skipped", "; ".join(m.replace("bench.py: skipping ", "") for m in skipped)),
-        ("method", "each result checked against fp64 attention first (no time if it fails); then %d warm-up "
-                   "and %d timed launches, each between its own CUDA events; median_ms/min_ms over those; "
-                   "tflops = 4*batch*heads*seq_q*seq_kv*head_dim / median (causal rows: half of that at seq_q = "
-                   "seq_kv); pct_of_fa2 (pct_of_cudnn) = 100 * FA2's (cuDNN's) median / median, same shape and "
-                   "series options (is_causal, enable_gqa)" % (args.warmup, args.reps)),
+        ("timing", args.timing),
+        ("method", method_text(args)),
         ("fa_run", runner_header or "none"),
-        ("torch_reference", reference_header or "none"),
+        ("interleaved" if rounds else "torch_reference", reference_header or "none"),
         ("part", args.part_name),
     ]
     rows = merge(stage_rows, reference_rows, args.part_name)

@@ -18,14 +18,14 @@ def shown_path(path):
     return os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path
 
 
-def int_list(text):
-    """argparse type: '1024,2048' -> [1024, 2048]; positive integers only."""
+def int_list(text, minimum=1):
+    """argparse type: '1024,2048' -> [1024, 2048]; integers >= minimum (positive by default)."""
     try:
         values = [int(item) for item in text.split(",") if item.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError("expected a comma-separated list of integers, got %r" % text)
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("expected positive integers, got %r" % text)
+    if not values or min(values) < minimum:
+        raise argparse.ArgumentTypeError("expected integers >= %d, got %r" % (minimum, text))
     return values
 
 

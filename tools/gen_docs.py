@@ -70,7 +70,7 @@ import ceilings_doc  # the ceilings CSV's reader and docs/ceilings.md's table (t
 import sass
 import stages as stage_declarations
 from cli_util import REPO, shown_path
-from results_csv import fmt_ms, number, reference_label
+from results_csv import fmt_ms, number, reference_label, timing_of
 from results_tables import ResultsError, load_results, make_groups, seq_label
 
 STAGE_DOCS = os.path.join(REPO, "docs", "stages")
@@ -219,6 +219,8 @@ def source_line(meta, csv_path):
             parts.append("%s %s" % (label, meta[key]))
     parts.append("date %s" % meta.get("date", "unknown"))
     parts.append("git %s" % meta.get("git", "unknown"))
+    if timing_of(meta) == "rounds":
+        parts.append("timed in shuffled rounds")
     return "Source: `%s` (%s)." % (shown_path(csv_path), "; ".join(parts))
 
 
@@ -386,8 +388,12 @@ def results_section(stage, parent, results, csv_path, freshness, hopper=False, p
     if not blocks:
         return "The benchmark CSV `%s` has no rows for `%s`; run `bash scripts/run_all.sh`." % (
             shown_path(csv_path), stage)
-    legend = ("Median of the timed launches; TFLOP/s = 4 * batch * heads * seq_q * seq_kv * head_dim / median; "
-              "% of FA2 = FA2's median / this median (same run, same GPU)")
+    rounds = timing_of(meta) == "rounds"
+    same = "same rounds" if rounds else "same run"
+    legend = ("Median of the timed %s; TFLOP/s = 4 * batch * heads * seq_q * seq_kv * head_dim / median; "
+              "%% of FA2 = FA2's median / this median (%s, same GPU)"
+              % ("rounds (per shape, every implementation launched once a round, in a shuffled order)" if rounds
+                 else "launches", same))
     if any(g.causal and any(g.get(stage, s) for s in g.seqs) for g in groups):
         legend += ("; causal rows count half the FLOPs (seq_q = seq_kv) and are compared with FA2 run with "
                    "is_causal=True")
@@ -397,7 +403,7 @@ def results_section(stage, parent, results, csv_path, freshness, hopper=False, p
         legend += ("; ALiBi rows have no % of FA2 (PyTorch's fused backends take no ALiBi): the README compares "
                    "them with this stage without ALiBi")
     if hopper:
-        legend += "; % of cuDNN = cuDNN's median / this median (same run), for this Hopper-track stage"
+        legend += "; %% of cuDNN = cuDNN's median / this median (%s), for this Hopper-track stage" % same
     if parent:
         legend += "; time vs %s = this median / its median - 1 (negative = faster)" % parent[:2]
     legend += ". A cell that is not a number is the status of a result that did not pass its check or did not run."

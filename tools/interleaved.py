@@ -2,15 +2,16 @@
 """Times stages and PyTorch's attention backends in one process, launch after launch, so that every
 implementation is timed under the same clocks (docs/benchmarking.md: the power cap inside a series).
 
-tools/bench.py times each implementation in a series of its own (5 warm-up, 20 timed launches), the
-stages in fa_run and the references minutes later in tools/torch_reference.py. On the H200 the
-board reaches its power limit within a tenth of a second of load and the clock drops by 6-7%, so a
-series that straddles the drop has a median that depends on where it started, and two series
-compare different clocks. Here the launches take turns instead: round r launches every
-implementation once, in an order shuffled afresh each round (so that each follows each other one
-about equally often: a kernel starts at the clock its predecessor left, call 38), each
-launch between its own pair of CUDA events. Launch i of one implementation and launch i of another
-run within a few milliseconds of each other, at the same clock.
+tools/bench.py --timing separate (the protocol of the results CSVs before rounds) times each
+implementation in a series of its own (5 warm-up, 20 timed launches), the stages in fa_run and the
+references minutes later in tools/torch_reference.py. On the H200 the board reaches its power limit
+within a tenth of a second of load and the clock drops by 6-7%, so a series that straddles the drop
+has a median that depends on where it started, and two series compare different clocks. Here the
+launches take turns instead: round r launches every implementation once, in an order shuffled
+afresh each round (so that each follows each other one about equally often: a kernel starts at the
+clock its predecessor left, call 38), each launch between its own pair of CUDA events. Launch i of
+one implementation and launch i of another run within a few milliseconds of each other, at the
+same clock.
 
     cmake --build build --target fa_capi          # build/libfa_capi.so (common/c_api.h)
     python3 tools/interleaved.py --stages 24,29 --dtype bf16 --head-dim 64 --seqs 4096
@@ -25,12 +26,14 @@ over this implementation's, and the same of the minima); --csv also writes the r
 header lines that say where and what was measured (GPU, driver, PyTorch, cuDNN, git revision from
 FA_GIT_REV or git, the command).
 
---any-length 1000,4000 (one length per --seqs value) also runs the stages at that length in the same
-rounds and gives their TFLOP/s there (useful FLOPs) as a % of the TFLOP/s at the --seqs length:
-issue 12's any-length rule without two series between them.
+--any-length 1000,4000 (one length per --seqs value, 0 for none) also runs the stages at that length
+in the same rounds and gives their TFLOP/s there (useful FLOPs) as a % of the TFLOP/s at the --seqs
+length: issue 12's any-length rule without two series between them. --any-length-stages runs only
+some stages there; --any-length-references runs FA2 and cuDNN there too (fa2@1000, cudnn@1000), so
+that the stages at that length get their % of FA2 and cuDNN from the same rounds.
 
 --order series times each implementation in a row of its own (warm-up, then the timed launches), one
-after another in this process, as tools/bench.py does across processes; --readings reads the SM
+after another in this process, as bench.py --timing separate does across processes; --readings reads the SM
 clock, power, temperature and clock-event reasons through NVML (tools/nvml.py, read only) halfway
 through every launch, waiting for each launch to end, and states each time also in cycles (ms x the
 clock read), which a clock that differs between implementations does not move.
@@ -38,6 +41,12 @@ clock read), which a clock that differs between implementations does not move.
 PyTorch's fused backends take no ALiBi, so --alibi compares each stage with itself: every stage runs
 twice per round, without and with FlashAttention's geometric slopes (the second checked against
 fp64 attention with the bias), and a line per stage gives the slopes' cost in the same rounds.
+--alibi-stages gives only the stages it names the slopes, at the --seqs lengths only.
+
+tools/bench.py times its results this way (--timing rounds, the default): after fa_run has checked
+every stage, one process per (dtype, head_dim) for the headline shapes, with --alibi-stages, and
+--any-length, --any-length-stages and --any-length-references for the rows compared with them, one
+for the causal and one for the grouped-query shapes (docs/benchmarking.md, Timing).
 """
 
 import argparse
@@ -64,20 +73,28 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="tools/interleaved.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", default=str(ROOT / "build" / "libfa_capi.so"), help="the C interface's library")
-    p.add_argument("--stages", required=True, help="comma-separated stage names or numbers")
+    p.add_argument("--stages", required=True,
+                   help="comma-separated stage names or numbers ('' for none: only --alibi-stages and the references)")
     p.add_argument("--references", default="fa2,cudnn", help="comma-separated subset of fa2,cudnn ('' for none)")
     p.add_argument("--dtype", default="fp16", help="fp16, bf16 or both, comma-separated")
     p.add_argument("--head-dim", type=int_list, default=int_list("128"), help="head dims, comma-separated")
     p.add_argument("--seqs", type=int_list, default=int_list("4096"), help="seq_q = seq_kv values")
-    p.add_argument("--any-length", type=int_list, default=[],
-                   help="one length per --seqs value: the stages also run at it, in the same rounds, and a line "
-                        "gives their TFLOP/s there as a %% of the TFLOP/s at the --seqs value")
+    p.add_argument("--any-length", type=lengths_or_none, default=[],
+                   help="one length per --seqs value (0: none for that value): the stages also run at it, in the "
+                        "same rounds, and a line gives their TFLOP/s there as a %% of the TFLOP/s at the --seqs value")
+    p.add_argument("--any-length-stages", default=None,
+                   help="comma-separated: only these stages run at the --any-length lengths (default: --stages)")
+    p.add_argument("--any-length-references", action="store_true",
+                   help="also run the references at the --any-length lengths (fa2@<length>, cudnn@<length>)")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=0, help="K/V heads (default: --heads)")
     p.add_argument("--alibi", action="store_true",
                    help="also time each stage with ALiBi slopes (<stage>+alibi; the references take none)")
+    p.add_argument("--alibi-stages", default=None,
+                   help="comma-separated: only these stages with ALiBi slopes, at the --seqs lengths only "
+                        "(they need not be in --stages)")
     p.add_argument("--warmup", type=int, default=10, help="untimed rounds (each launches every implementation)")
     p.add_argument("--reps", type=int, default=100, help="timed rounds")
     p.add_argument("--check-rows", type=int, default=16)
@@ -85,8 +102,8 @@ def parse_args(argv):
     p.add_argument("--launch-times", action="store_true", help="print each implementation's launches in order")
     p.add_argument("--order", choices=("rounds", "series"), default="rounds",
                    help="rounds (default): every implementation once per round, shuffled each round; series: each "
-                        "implementation's warm-up and timed launches in a row, as tools/bench.py does, "
-                        "but one after another in this process")
+                        "implementation's warm-up and timed launches in a row, as tools/bench.py --timing separate "
+                        "does, but one after another in this process")
     p.add_argument("--readings", action="store_true",
                    help="read the SM clock, power and temperature through NVML during every launch (the host "
                         "waits for each launch) and report the time in cycles and its %% of cuDNN's")
@@ -98,23 +115,37 @@ def parse_args(argv):
         p.error("--dtype takes fp16, bf16 or fp16,bf16, not %r" % args.dtype)
     if args.any_length and len(args.any_length) != len(args.seqs):
         p.error("--any-length takes one length per --seqs value")
+    if args.alibi and args.alibi_stages is not None:
+        p.error("--alibi (every stage) or --alibi-stages (these), not both")
+    args.stage_list = name_list(args.stages)
+    args.alibi_list = args.stage_list if args.alibi else name_list(args.alibi_stages or "")
+    args.any_length_list = args.stage_list if args.any_length_stages is None else name_list(args.any_length_stages)
     if args.warmup < 0 or args.reps < 1:
         p.error("--warmup must be >= 0 and --reps >= 1")
     return args
 
 
-def implementations(torch, lib, args, q, k, v, seq, tag="", references=True):
+def lengths_or_none(text):
+    """argparse type of --any-length: '1000,0,4000' -> [1000, 0, 4000]; 0 means none."""
+    return int_list(text, minimum=0)
+
+
+def name_list(text):
+    return [n for n in text.split(",") if n]
+
+
+def implementations(torch, lib, args, q, k, v, seq, stages, alibi_stages, tag="", references=True):
     """[(name, kind, launch, status, max_abs_err)]: launch is None where the first call failed its
-    check or could not run (status says why). Stage names get `tag` appended."""
+    check or could not run (status says why). `stages` run as they are, `alibi_stages` with ALiBi
+    slopes (<stage>+alibi); every name gets `tag` appended, the references' too."""
     out = []
     stream = torch.cuda.current_stream().cuda_stream
-    # --alibi: each stage also with ALiBi slopes, FlashAttention's geometric 2^(-8 (h + 1) / heads)
-    # per head (as fa_run --alibi), named <stage>+alibi.
+    # ALiBi: FlashAttention's geometric slopes 2^(-8 (h + 1) / heads) per head (as fa_run --alibi).
     slopes = [2.0 ** (-8.0 * (h + 1) / args.heads) for h in range(args.heads)]
     slopes_gpu = torch.tensor(slopes, dtype=torch.float32, device=q.device)
-    variants = [("", None)] + ([("+alibi", slopes_gpu)] if args.alibi else [])
-    for stage in args.stages.split(","):
+    for stage in dict.fromkeys(stages + alibi_stages):  # each once, in order: without, then with slopes
         names = [n for n in lib.stage_names() if n == stage or n.split("_")[0] == stage]
+        variants = ([("", None)] if stage in stages else []) + ([("+alibi", slopes_gpu)] if stage in alibi_stages else [])
         for suffix, alibi in variants:
             o = torch.empty_like(q)
             params = lib.params(q, k, v, o, causal=args.causal, alibi=alibi)
@@ -137,12 +168,12 @@ def implementations(torch, lib, args, q, k, v, seq, tag="", references=True):
     options = ref.sdpa_options(args.heads, args.kv_heads, args.causal)
     for name, backend in backends.items():
         if isinstance(backend, str):
-            out.append((name, "reference", None, "unavailable: " + backend, None))
+            out.append((name + tag, "reference", None, "unavailable: " + backend, None))
             continue
         operands = ref.sdpa_inputs(q, k, v, contiguous=False)
         result, why = ref.first_call(torch, backend, operands, options)
         if result is None:
-            out.append((name, "reference", None, why, None))
+            out.append((name + tag, "reference", None, why, None))
             continue
         passed, err, _, _, summary = ref.check_output(torch, q, k, v, result, args.causal, args.check_rows,
                                                       args.seed + seq)
@@ -151,7 +182,7 @@ def implementations(torch, lib, args, q, k, v, seq, tag="", references=True):
             from torch.nn.attention import sdpa_kernel
             with sdpa_kernel(b):
                 torch.nn.functional.scaled_dot_product_attention(*ops, **options)
-        out.append((name, "reference", launch if passed else None, "PASS" if passed else "FAIL: " + summary, err))
+        out.append((name + tag, "reference", launch if passed else None, "PASS" if passed else "FAIL: " + summary, err))
     return out
 
 
@@ -210,19 +241,26 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     rows, failed = [], False
     q, k, v = ref.case_inputs(torch, args.seed, args.batch, seq, args.heads, args.kv_heads, head_dim, dtype)
-    impls = implementations(torch, lib, args, q, k, v, seq)
+    impls = implementations(torch, lib, args, q, k, v, seq, args.stage_list, args.alibi_list)
     seq_of = {name: seq for name, *_ in impls}
-    # --any-length: the stages also at the paired length, in the same rounds (named <stage>@<length>).
-    other = dict(zip(args.seqs, args.any_length)).get(seq)
+    # --any-length: the stages also at the paired length, in the same rounds (named <stage>@<length>;
+    # with --any-length-references, fa2@<length> and cudnn@<length> too).
+    other = dict(zip(args.seqs, args.any_length)).get(seq) or None
     if other is not None:
         q2, k2, v2 = ref.case_inputs(torch, args.seed, args.batch, other, args.heads, args.kv_heads, head_dim, dtype)
-        more = implementations(torch, lib, args, q2, k2, v2, other, tag="@%d" % other, references=False)
+        more = implementations(torch, lib, args, q2, k2, v2, other, args.any_length_list,
+                               args.any_length_list if args.alibi else [], tag="@%d" % other,
+                               references=args.any_length_references)
         seq_of.update((name, other) for name, *_ in more)
         impls += more
     timed = [(name, launch) for name, _, launch, _, _ in impls if launch is not None]
     times, readings = time_launches(torch, timed, args.warmup, args.reps, args.order, nvml, args.seed) if timed else ({}, {})
     flops = {n: attention_flops(args.batch, args.heads, s, s, head_dim, args.causal) for n, s in seq_of.items()}
     stats = {n: (statistics.median(t), min(t)) for n, t in times.items()}
+
+    def same_length(reference, name):
+        """The reference's name at the length of implementation `name` (fa2 or fa2@<length>)."""
+        return reference if seq_of[name] == seq else "%s@%d" % (reference, other)
     # With --readings: the median over launches of ms x the SM clock read during the launch, a time
     # in cycles that a clock difference between launches does not move.
     cycles = {n: statistics.median(ms * r[0] / 1000 for ms, r in zip(times[n], readings[n]))
@@ -245,9 +283,10 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
             row.update(median_ms="%.6g" % med, min_ms="%.6g" % low,
                        tflops="%.6g" % (flops[name] / (med * 1e-3) / 1e12))
             for r in ("fa2", "cudnn"):
-                if r in stats and seq_of[name] == seq:
-                    row["pct_of_%s" % r] = "%.2f" % (100 * stats[r][0] / med)
-                    row["pct_of_%s_min" % r] = "%.2f" % (100 * stats[r][1] / low)
+                if same_length(r, name) in stats:
+                    ref_med, ref_low = stats[same_length(r, name)]
+                    row["pct_of_%s" % r] = "%.2f" % (100 * ref_med / med)
+                    row["pct_of_%s_min" % r] = "%.2f" % (100 * ref_low / low)
 
         def pct(key):
             return "%.1f" % float(row[key]) if row[key] else "-"
@@ -257,8 +296,8 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
         if name in cycles:
             clock, power, temp, reasons = readings_summary(readings[name])
             row.update(sm_clock_mhz="%d" % clock, power_w="%.0f" % power, mcycles="%.4g" % cycles[name])
-            if "cudnn" in cycles and seq_of[name] == seq:  # cuDNN ran the --seqs length only
-                row["pct_of_cudnn_cycles"] = "%.2f" % (100 * cycles["cudnn"] / cycles[name])
+            if same_length("cudnn", name) in cycles:
+                row["pct_of_cudnn_cycles"] = "%.2f" % (100 * cycles[same_length("cudnn", name)] / cycles[name])
             print("%-26s   SM clock %d MHz, %.0f W, %d C, %s; %.4g Mcycles = %s%% of cuDNN's" % (
                 "", clock, power, temp, reasons, cycles[name], row["pct_of_cudnn_cycles"] or "-"))
         if args.launch_times and name in times:
@@ -266,7 +305,7 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
             if readings.get(name):
                 print("  SM MHz:    " + " ".join("%d" % r[0] for r in readings[name]))
         rows.append(row)
-    if args.alibi:  # the cost of the slopes: each stage against itself without them, same rounds
+    if args.alibi_list:  # the cost of the slopes: each stage against itself without them, same rounds
         for name in [n for n in stats if n + "+alibi" in stats]:
             with_alibi = stats[name + "+alibi"]
             print("%-26s ALiBi costs %+.1f%% (medians), %+.1f%% (minima)" % (
@@ -294,11 +333,11 @@ def method_text(args):
     return text
 
 
-def write_csv(path, header, args, rows):
+def write_csv(path, header, driver, args, rows):
     """The rows, after '# key=value' lines: the GPU and software (torch_header), the driver, the date,
     the git revision, the method and the command."""
     facts = [field.split("=", 1) for field in header if "=" in field]
-    facts += [("driver", nvidia_smi_query().get("driver", "unknown")),
+    facts += [("driver", driver),
               ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")),
               ("git", git_revision()),
               ("method", method_text(args) + "; each output checked against fp64 attention on %d sampled rows "
@@ -334,6 +373,7 @@ def main(argv=None):
             return 3
     rows, failed = [], False
     header = ref.torch_header(torch)
+    driver = nvidia_smi_query().get("driver", "unknown")
     print("# %s; method=%s" % ("; ".join(header), method_text(args)))  # torch_header names the GPU
     for dtype_name in args.dtypes:
         for head_dim in args.head_dim:
@@ -341,8 +381,8 @@ def main(argv=None):
                 case_rows, case_failed = time_case(torch, lib, args, dtype_name, head_dim, seq, nvml)
                 rows += case_rows
                 failed = failed or case_failed
-    if args.csv:
-        write_csv(args.csv, header, args, rows)
+                if args.csv:  # after every case, so that a crash keeps the cases before it
+                    write_csv(args.csv, header, driver, args, rows)
     return 1 if failed else 0
 
 

@@ -85,6 +85,27 @@ def attention_flops(batch, heads, seq_q, seq_kv, head_dim, causal=False):
     return 4.0 * batch * heads * pairs * head_dim
 
 
+def timing_of(meta):
+    """How a CSV's rows were timed: 'rounds' (every implementation of a shape once per round, tools/
+    interleaved.py) or 'separate' (each in a series of its own); a CSV from before its '# timing='
+    line: separate."""
+    return meta.get("timing", "separate")
+
+
+def pair_lengths(seqs, any_length_seqs):
+    """{any-length value: the headline length whose rounds it shares (bench.py --timing rounds) and
+    is compared with in a CSV timed so, or None}: each value, shortest first, takes the shortest
+    headline length >= it that no shorter value took (1000 -> 1024, 4000 -> 4096); a value left
+    without one has rounds of its own."""
+    free = sorted(set(seqs))
+    pairs = {}
+    for length in sorted(set(any_length_seqs)):
+        pairs[length] = next((s for s in free if s >= length), None)
+        if pairs[length] is not None:
+            free.remove(pairs[length])
+    return pairs
+
+
 def default_series(row):
     """The series of a row from a CSV written before the series column existed."""
     if str(row.get("causal", "0")) not in ("", "0"):

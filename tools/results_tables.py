@@ -22,7 +22,8 @@ import re
 
 import stages as stage_declarations
 from cli_util import REPO
-from results_csv import fmt_ms, number, passed, read_results_csv, reference_label, REFERENCES, SERIES
+from results_csv import (fmt_ms, number, pair_lengths, passed, read_results_csv, reference_label, timing_of,
+                         REFERENCES, SERIES)
 
 SECTIONS = ("results-table", "results-summary")
 GENERATOR = "tools/plot.py"
@@ -222,7 +223,15 @@ def declaring(declared, series):
     return [name for name, stage in declared.items() if feature is None or feature in stage.features]
 
 
-# What each series' part of the README compares, in a sentence ({heads}, {kv_heads}, {group}: from the rows).
+# The words that say how a CSV was timed (results_csv.timing_of): {same} is what a comparison shares,
+# {partner} the headline length an any-length row is compared with (pair_lengths in rounds).
+TIMING_WORDS = {
+    "separate": {"same": "same run", "partner": "the next headline length"},
+    "rounds": {"same": "same rounds", "partner": "the next headline length that no shorter length took"},
+}
+
+# What each series' part of the README compares, in a sentence ({heads}, {kv_heads}, {group}: from the
+# rows; {same}, {partner}: TIMING_WORDS).
 SERIES_INTRO = {
     "causal": "**Causal attention**, the stages that declare `causal`, at seq_q = seq_kv: TFLOP/s count half "
               "the non-causal FLOPs (2 · batch · heads · S² · head_dim, the FlashAttention papers' convention); "
@@ -231,25 +240,32 @@ SERIES_INTRO = {
            "heads (query head h reads K/V head h / {group}); FA2 and cuDNN run with `enable_gqa=True`; TFLOP/s "
            "count the query heads, as for the headline.",
     "any_length": "**Any length**, the stages that declare `any_length`: lengths that are multiples of no tile, "
-                  "against the same stage at the next headline length (what a caller would otherwise pad to), "
-                  "same run. Each cell: TFLOP/s at that length (FLOPs of the real length) / TFLOP/s at the headline "
+                  "against the same stage at {partner} (what a caller would otherwise pad to), "
+                  "{same}. Each cell: TFLOP/s at that length (FLOPs of the real length) / TFLOP/s at the headline "
                   "length = the first as a % of the second (100%: the partial tiles cost nothing).",
     "alibi": "**ALiBi**, the stages that declare `alibi`: each stage with ALiBi against the same stage without it "
-             "(its headline row, same run). PyTorch's fused backends (FA2 and cuDNN) take no ALiBi slopes, so "
+             "(its headline row, {same}). PyTorch's fused backends (FA2 and cuDNN) take no ALiBi slopes, so "
              "there is no library reference here. Each cell: median ms with ALiBi / its speed as a % of the speed "
              "without (100%: ALiBi costs nothing).",
 }
 
 
-def headline_partner(group, groups, seq):
+def headline_partner(group, groups, seq, timing):
     """The headline row set and length a row of `group` at `seq` is compared with: the same
-    configuration without the series' option, at the smallest headline length >= seq (the
-    any-length comparison) or at seq itself (ALiBi). (headline group, its seq) or (None, None)."""
+    configuration without the series' option, at seq itself (ALiBi) or, for the any-length
+    comparison, at the smallest headline length >= seq; in rounds at the one it shared rounds with
+    (pair_lengths). (headline group, its seq) or (None, None)."""
     for g in of_series(groups, "headline"):
         if (g.dtype, g.head_dim, g.batch, g.heads, g.kv_heads, g.causal) == \
                 (group.dtype, group.head_dim, group.batch, group.heads, group.kv_heads, group.causal):
-            lengths = [s for s in g.seqs if s[0] >= seq[0] and s[0] == s[1]] if group.series == "any_length" \
-                else [s for s in g.seqs if s == seq]
+            lengths = [s for s in g.seqs if s == seq]
+            if group.series == "any_length":
+                headline = [s[0] for s in g.seqs if s[0] == s[1]]
+                if timing == "rounds":
+                    partner = pair_lengths(headline, [s[0] for s in group.seqs])[seq[0]]
+                    lengths = [(partner, partner)] if partner else []
+                else:
+                    lengths = [(h, h) for h in headline if h >= seq[0]]
             return (g, min(lengths)) if lengths else (None, None)
     return None, None
 
@@ -278,14 +294,14 @@ def alibi_cell(row, partner):
     return "%s / %.1f%%" % (fmt_ms(row["ms"]), 100.0 * partner["ms"] / row["ms"])
 
 
-def comparison_table(series, groups, declared, readme_dir):
+def comparison_table(series, groups, declared, readme_dir, timing):
     """One table for every configuration of an any_length or ALiBi series: a row per (implementation,
     configuration), a column per length, each cell against the same implementation's headline row."""
     mine = of_series(groups, series)
     partners = collections.OrderedDict()  # seq -> the headline lengths it is compared with
     for g in mine:
         for seq in g.seqs:
-            partners.setdefault(seq, set()).add(headline_partner(g, groups, seq)[1])
+            partners.setdefault(seq, set()).add(headline_partner(g, groups, seq, timing)[1])
     columns = []  # (seq, label): 'S=1000 (vs 1024)' where every configuration compares it with 1024
     for seq in sorted(partners):
         (partner,) = partners[seq] if len(partners[seq]) == 1 else (None,)
@@ -299,7 +315,7 @@ def comparison_table(series, groups, declared, readme_dir):
             cells = []
             for seq, _ in columns:
                 row = g.get(impl, seq)
-                partner_group, partner_seq = headline_partner(g, groups, seq)
+                partner_group, partner_seq = headline_partner(g, groups, seq, timing)
                 partner = partner_group.get(impl, partner_seq) if partner_group is not None else None
                 cells.append(make_cell(row, partner) if row is not None else "–")
             config = "%s, %s, batch %d, heads %d" % (g.dtype, g.config(with_series=False), g.batch, g.heads)
@@ -321,18 +337,18 @@ def comparison_table(series, groups, declared, readme_dir):
     return out
 
 
-def series_markdown(series, groups, declared, readme_dir, plots_dir):
+def series_markdown(series, groups, declared, readme_dir, plots_dir, timing):
     """The README's part for one series other than the headline ([] without such rows)."""
     mine = of_series(groups, series)
     if not mine:
         return []
-    intro = SERIES_INTRO.get(series, "**%s** rows." % series)
+    words = dict(TIMING_WORDS[timing])
     gqa = [g for g in mine if g.kv_heads != g.heads]
     if gqa:
-        intro = intro.format(heads=gqa[0].heads, kv_heads=gqa[0].kv_heads, group=gqa[0].heads // gqa[0].kv_heads)
-    out = ["", intro]
+        words.update(heads=gqa[0].heads, kv_heads=gqa[0].kv_heads, group=gqa[0].heads // gqa[0].kv_heads)
+    out = ["", SERIES_INTRO.get(series, "**%s** rows." % series).format(**words)]
     if series in ("any_length", "alibi"):
-        return out + comparison_table(series, groups, declared, readme_dir)
+        return out + comparison_table(series, groups, declared, readme_dir, timing)
     for group in mine:
         out += group_table(group, declared, readme_dir, plots_dir, declaring(declared, series))
     return out
@@ -349,11 +365,15 @@ def table_markdown(groups, meta, csv_path, readme_path, plots_dir, declared):
     if meta.get("parts"):
         # A job run in parts: each part measured its own references; the CSV says when each ran.
         facts.append("measured in parts (%s), each with its own FA2 and cuDNN rows" % meta["parts"])
+    if timing_of(meta) == "rounds":
+        facts.append("timed in rounds: per shape, every implementation launched once a round in a shuffled order "
+                     "([docs/benchmarking.md](%s#timing))"
+                     % relative_link(os.path.join(REPO, "docs", "benchmarking.md"), readme_dir))
     out.append(", ".join(facts) + ".")
     for group in of_series(groups, "headline"):
         out += group_table(group, declared, readme_dir, plots_dir, list(declared))
     for series in [s for s in SERIES if s != "headline"] + sorted({g.series for g in groups if g.series not in SERIES}):
-        out += series_markdown(series, groups, declared, readme_dir, plots_dir)
+        out += series_markdown(series, groups, declared, readme_dir, plots_dir, timing_of(meta))
     return "\n".join(out)
 
 
@@ -472,18 +492,18 @@ SERIES_SUMMARY_HEAD = {
     "gqa": "**Grouped-query attention** (% of FA2 and cuDNN with `enable_gqa=True`; against its parent where the "
            "parent declares `gqa` too):",
     "any_length": "**Any length** (TFLOP/s at a length that is a multiple of no tile, as a % of the same stage's "
-                  "at the next headline length):",
-    "alibi": "**ALiBi** (speed with ALiBi as a % of the same stage's without, same run):",
+                  "at {partner}):",
+    "alibi": "**ALiBi** (speed with ALiBi as a % of the same stage's without, {same}):",
 }
 
 
-def versus_headline_sentence(stage, series, groups, declared, readme_dir):
+def versus_headline_sentence(stage, series, groups, declared, readme_dir, timing):
     """Where an any_length or ALiBi stage stands against its own headline rows, in one line."""
     pairs = []  # (group, seq, % of the headline speed, time change in %)
     for g in of_series(groups, series):
         for seq in g.seqs:
             row = g.get(stage, seq)
-            partner_group, partner_seq = headline_partner(g, groups, seq)
+            partner_group, partner_seq = headline_partner(g, groups, seq, timing)
             partner = partner_group.get(stage, partner_seq) if partner_group is not None else None
             if row is None or row["ms"] is None or partner is None or partner["ms"] is None:
                 continue
@@ -506,22 +526,22 @@ def versus_headline_sentence(stage, series, groups, declared, readme_dir):
     return text + "."
 
 
-def series_summary(series, groups, declared, readme_dir):
+def series_summary(series, groups, declared, readme_dir, timing):
     """The lines for one series other than the headline ([] without such rows)."""
     mine = of_series(groups, series)
     if not mine:
         return []
     stages = list(collections.OrderedDict.fromkeys(s for g in mine for s in g.stages))
-    lines = ["", SERIES_SUMMARY_HEAD.get(series, "**%s**:" % series), ""]
+    lines = ["", SERIES_SUMMARY_HEAD.get(series, "**%s**:" % series).format(**TIMING_WORDS[timing]), ""]
     for stage in stages:
         if series in ("any_length", "alibi"):
-            lines.append(versus_headline_sentence(stage, series, groups, declared, readme_dir))
+            lines.append(versus_headline_sentence(stage, series, groups, declared, readme_dir, timing))
         else:
             lines.append(stage_sentence(stage, mine, declared, readme_dir, parent_if_measured=True))
     return lines
 
 
-def summary_markdown(groups, declared, readme_path):
+def summary_markdown(groups, declared, readme_path, timing):
     readme_dir = os.path.dirname(os.path.abspath(readme_path))
     headline = of_series(groups, "headline")
     csv_stages = list(collections.OrderedDict.fromkeys(s for g in headline for s in g.stages))
@@ -533,7 +553,7 @@ def summary_markdown(groups, declared, readme_path):
     if missing:
         lines += ["", "No results in this CSV for %s." % ", ".join("`%s`" % s for s in missing)]
     for series in [s for s in SERIES if s != "headline"] + sorted({g.series for g in groups if g.series not in SERIES}):
-        lines += series_summary(series, groups, declared, readme_dir)
+        lines += series_summary(series, groups, declared, readme_dir, timing)
     return "\n".join(lines)
 
 
@@ -584,4 +604,4 @@ def csv_named_by(readme_path, text):
 def readme_bodies(groups, meta, csv_path, readme_path, plots_dir, declared=None):
     declared = declared_stages() if declared is None else declared
     return {"results-table": table_markdown(groups, meta, csv_path, readme_path, plots_dir, declared),
-            "results-summary": summary_markdown(groups, declared, readme_path)}
+            "results-summary": summary_markdown(groups, declared, readme_path, timing_of(meta))}
