@@ -386,9 +386,32 @@ with tempfile.TemporaryDirectory(prefix="test_bench_rounds_") as tmp:
           % (checks + timed - 2, checks + timed, len(progress)),
           len(progress) == checks + timed - 2 and progress[-1].startswith("[%d/%d" % (checks + timed, checks + timed)))
 
+# The statistic (results_csv.STATISTIC): in rounds, TFLOP/s and every ratio come from min_ms, also
+# when a part written with medians is merged; timed separately, from median_ms.
+from results_csv import attention_flops, derive_from_time  # noqa: E402
+
+
+def statistic_rows():
+    shape = {"dtype": "fp16", "head_dim": "128", "batch": "16", "heads": "32", "kv_heads": "32", "causal": "0",
+             "alibi": "0", "seq_q": "1024", "seq_kv": "1024", "series": "headline", "part": "p", "status": "PASS"}
+    stage = dict(shape, impl="30_x", kind="stage", median_ms="1.2", min_ms="1.0", tflops="1", pct_of_fa2="7",
+                 pct_of_cudnn="")
+    fa2 = dict(shape, impl="fa2", kind="reference", median_ms="1.5", min_ms="1.4", tflops="1", pct_of_fa2="",
+               pct_of_cudnn="")
+    return [stage, fa2]
+
+
+rounds_rows = derive_from_time(statistic_rows(), "rounds")
+flops = attention_flops(16, 32, 1024, 1024, 128)
+check("rounds: % of FA2 = FA2's minimum / the stage's, TFLOP/s from the minimum, whatever the part wrote",
+      rounds_rows[0]["pct_of_fa2"] == "140.00" and abs(float(rounds_rows[0]["tflops"]) - flops / 1e-3 / 1e12) < 1e-3)
+separate_rows = derive_from_time(statistic_rows(), "separate")
+check("separate: % of FA2 = FA2's median / the stage's",
+      separate_rows[0]["pct_of_fa2"] == "125.00" and abs(float(separate_rows[0]["tflops"]) - flops / 1.2e-3 / 1e12) < 1e-3)
+
 if failures:
     print("test_bench_rounds: %d failure(s)" % len(failures))
     for f in failures:
         print("  " + f)
     sys.exit(1)
-print("test_bench_rounds: pairing, plan, checks, names, statuses, ratios, fallback and a whole run: all checks passed")
+print("test_bench_rounds: pairing, plan, checks, names, statuses, ratios, the statistic, fallback and a whole run: all checks passed")

@@ -576,7 +576,7 @@ def test_timing_words(tmp):
           and "without, same rounds):" in rounds and "timed in rounds: per shape" in rounds
           and "S=1020 (vs 4096)" in rounds and "same run" not in rounds,
           "a CSV timed in rounds: 'same rounds' in the README's words, and S = 1020 against 4096 (its rounds)")
-    check("Median of the timed rounds (per shape" in rounds and "(same rounds, same GPU)" in rounds
+    check("Minimum of the timed rounds (per shape" in rounds and "(same rounds, same GPU)" in rounds
           and "timed in shuffled rounds" in rounds, "a CSV timed in rounds: the stage page's legend and source say so")
 
 

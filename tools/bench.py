@@ -75,8 +75,9 @@ import time
 import stages as stage_declarations
 from cli_util import (REPO, compute_capability, git_revision, int_list, nvidia_smi_query, run_quiet,
                       shown_path, stage_runs_on)
-from results_csv import (COLUMNS, REFERENCES, SERIES, attention_flops, fill_reference_ratios, normalize_row, number,
-                         pair_lengths, read_results_csv, shape_key, timing_of, write_results_csv)
+from results_csv import (COLUMNS, REFERENCES, SERIES, attention_flops, derive_from_time, fill_reference_ratios,
+                         normalize_row, number, pair_lengths, read_results_csv, shape_key, timing_of,
+                         write_results_csv)
 
 TORCH_REFERENCE = os.path.join(REPO, "tools", "torch_reference.py")
 INTERLEAVED = os.path.join(REPO, "tools", "interleaved.py")
@@ -844,7 +845,7 @@ def measure_in_rounds(args, fa_run, runs, rounds, workdir, env, progress):
 # Merging, the table, the plots and the docs
 
 
-def merge(stage_rows, reference_rows, part=""):
+def merge(stage_rows, reference_rows, part="", timing="separate"):
     merged = []
     for kind, rows in (("stage", stage_rows), ("reference", reference_rows)):
         for r in rows:
@@ -856,7 +857,8 @@ def merge(stage_rows, reference_rows, part=""):
                 row.update(median_ms="", min_ms="", tflops="")
             row.update(pct_of_fa2="", pct_of_cudnn="")  # from the references of this run only
             merged.append(normalize_row({k: str(v) for k, v in row.items()}))
-    return fill_reference_ratios(merged)
+    # TFLOP/s and the ratios from the time of the timing's statistic (results_csv.STATISTIC).
+    return derive_from_time(merged, timing) if timing == "rounds" else fill_reference_ratios(merged)
 
 
 class MergeError(Exception):
@@ -934,6 +936,11 @@ def merge_parts(paths, command):
         meta.append((part_meta["part"],
                      "; ".join("%s=%s" % (key, part_meta.get(key, "unknown")) for key in PART_FACTS)))
     rows = [row for _, _, part_rows in parts for row in part_rows]
+    if part_value(first, "timing") == "rounds":
+        # Parts timed in rounds before their statistic was the minimum wrote TFLOP/s and ratios from
+        # medians: both are derived again here from min_ms, within each part (results_csv.STATISTIC).
+        derive_from_time(rows, "rounds")
+        meta = [(key, rounds_method(value) if key == "method" else value) for key, value in meta]
     rows.sort(key=lambda r: (DTYPES.index(r["dtype"]) if r["dtype"] in DTYPES else len(DTYPES),
                              HEAD_DIMS.index(int(r["head_dim"])) if int(r["head_dim"]) in HEAD_DIMS else int(r["head_dim"])))
     return meta, rows
@@ -951,7 +958,7 @@ def print_table(rows):
         impls = list(collections.OrderedDict.fromkeys(r["impl"] for r in group if r["kind"] == "stage"))
         width = max([18] + [len(i) + 2 for i in impls])
         have_fa2 = any(r["impl"] == "fa2" and r["pct_of_fa2"] for r in group)
-        field, what = ("pct_of_fa2", "% of FlashAttention-2 (its median time / the stage's)") if have_fa2 else \
+        field, what = ("pct_of_fa2", "% of FlashAttention-2 (its time / the stage's: medians, minima in rounds)") if have_fa2 else \
             ("tflops", "TFLOP/s (no FA2 reference, so no % of FA2)")
         shape = "" if kv_heads == heads else ", kv_heads %s" % kv_heads
         print("\n%s, head_dim %s, batch %s, heads %s%s (%s): %s" % (dtype, head_dim, batch, heads, shape, series, what))
@@ -1115,11 +1122,22 @@ def choose_timing(args):
     args.timing = "separate"
 
 
+def derived_text(statistic):
+    """How the CSV's derived columns follow from its times (`statistic`: 'median' or 'min')."""
+    return ("tflops = 4*batch*heads*seq_q*seq_kv*head_dim / %s (causal rows: half of that at seq_q = "
+            "seq_kv); pct_of_fa2 (pct_of_cudnn) = 100 * FA2's (cuDNN's) %s / %s, same shape and "
+            "series options (is_causal, enable_gqa)" % (statistic, statistic, statistic))
+
+
+def rounds_method(method):
+    """A rounds part's method with its derived columns from the minimum (a part written when they
+    came from the median says so; merge_parts derives them again)."""
+    return method.replace(derived_text("median"), derived_text("min"))
+
+
 def method_text(args):
     """The CSV's `method`: how its rows were checked and timed."""
-    derived = ("tflops = 4*batch*heads*seq_q*seq_kv*head_dim / median (causal rows: half of that at seq_q = "
-               "seq_kv); pct_of_fa2 (pct_of_cudnn) = 100 * FA2's (cuDNN's) median / median, same shape and "
-               "series options (is_causal, enable_gqa)")
+    derived = derived_text("median" if args.timing == "separate" else "min")
     if args.timing == "separate":
         return ("each result checked against fp64 attention first (no time if it fails); then %d warm-up "
                 "and %d timed launches, each between its own CUDA events; median_ms/min_ms over those; "
@@ -1270,7 +1288,7 @@ def main(argv=None):
         ("interleaved" if rounds else "torch_reference", reference_header or "none"),
         ("part", args.part_name),
     ]
-    rows = merge(stage_rows, reference_rows, args.part_name)
+    rows = merge(stage_rows, reference_rows, args.part_name, args.timing)
     # One block per (dtype, head_dim): per series, stages in registry order, then the references; seq ascending.
     order = {name: i for i, name in enumerate([s["name"] for s in to_run] + list(REFERENCES))}
     series_order = list(SERIES)

@@ -70,7 +70,7 @@ import ceilings_doc  # the ceilings CSV's reader and docs/ceilings.md's table (t
 import sass
 import stages as stage_declarations
 from cli_util import REPO, shown_path
-from results_csv import fmt_ms, number, reference_label, timing_of
+from results_csv import fmt_ms, number, reference_label, statistic_word, timing_of
 from results_tables import ResultsError, load_results, make_groups, seq_label
 
 STAGE_DOCS = os.path.join(REPO, "docs", "stages")
@@ -390,10 +390,11 @@ def results_section(stage, parent, results, csv_path, freshness, hopper=False, p
             shown_path(csv_path), stage)
     rounds = timing_of(meta) == "rounds"
     same = "same rounds" if rounds else "same run"
-    legend = ("Median of the timed %s; TFLOP/s = 4 * batch * heads * seq_q * seq_kv * head_dim / median; "
-              "%% of FA2 = FA2's median / this median (%s, same GPU)"
-              % ("rounds (per shape, every implementation launched once a round, in a shuffled order)" if rounds
-                 else "launches", same))
+    stat = statistic_word(timing_of(meta))  # the time shown and compared (results_csv.STATISTIC)
+    legend = ("%s of the timed %s; TFLOP/s = 4 * batch * heads * seq_q * seq_kv * head_dim / %s; "
+              "%% of FA2 = FA2's %s / this %s (%s, same GPU)"
+              % (stat.capitalize(), "rounds (per shape, every implementation launched once a round, in a shuffled "
+                 "order)" if rounds else "launches", stat, stat, stat, same))
     if any(g.causal and any(g.get(stage, s) for s in g.seqs) for g in groups):
         legend += ("; causal rows count half the FLOPs (seq_q = seq_kv) and are compared with FA2 run with "
                    "is_causal=True")
@@ -403,9 +404,9 @@ def results_section(stage, parent, results, csv_path, freshness, hopper=False, p
         legend += ("; ALiBi rows have no % of FA2 (PyTorch's fused backends take no ALiBi): the README compares "
                    "them with this stage without ALiBi")
     if hopper:
-        legend += "; %% of cuDNN = cuDNN's median / this median (%s), for this Hopper-track stage" % same
+        legend += "; %% of cuDNN = cuDNN's %s / this %s (%s), for this Hopper-track stage" % (stat, stat, same)
     if parent:
-        legend += "; time vs %s = this median / its median - 1 (negative = faster)" % parent[:2]
+        legend += "; time vs %s = this %s / its %s - 1 (negative = faster)" % (parent[:2], stat, stat)
     legend += ". A cell that is not a number is the status of a result that did not pass its check or did not run."
     folders = ["stages/%s/" % s for s in (stage, parent) if s] + ["common/"]
     return "\n\n".join(blocks + [legend, source_line(meta, csv_path), freshness.line(folders)])

@@ -154,7 +154,7 @@ def plot_histogram(group, meta, csv_path, path):
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
     ax.grid(axis="y", color="#dddddd", zorder=0)
     ax.set_axisbelow(True)
-    note = ("bar labels: TFLOP/s = %s / median time" % flops_formula(group) if use_pct
+    note = ("bar labels: TFLOP/s = %s / %s time" % (flops_formula(group), group.statistic) if use_pct
             else "FA2 reference unavailable: bars show TFLOP/s")
     ax.set_title("%s: FlashAttention-2 forward, stage by stage\n%s  (%s)"
                  % (meta.get("gpu", "unknown GPU"), group.title(), note), fontsize=11)
@@ -221,7 +221,7 @@ def plot_tflops(group, meta, csv_path, path):
     ax.minorticks_off()
     ax.set_xlabel(("sequence length (seq_q = seq_kv)" if all(s[0] == s[1] for s in group.seqs) else "seq_q")
                   + "; stages drawn side by side in legend order around each length")
-    ax.set_ylabel("TFLOP/s (%s / median time)" % flops_formula(group))
+    ax.set_ylabel("TFLOP/s (%s / %s time)" % (flops_formula(group), group.statistic))
     ax.set_ylim(bottom=0)
     ax.grid(color="#dddddd")
     ax.set_title("%s: TFLOP/s by sequence length\n%s" % (meta.get("gpu", "unknown GPU"), group.title()), fontsize=11)

@@ -92,6 +92,42 @@ def timing_of(meta):
     return meta.get("timing", "separate")
 
 
+# The time of a row that its TFLOP/s and every comparison (% of FA2 and cuDNN, ALiBi's cost, the
+# any-length ratio, the change against the parent) come from: the median of its launches where each
+# result was timed separately; the minimum over the rounds where all were timed in the same rounds.
+# In a full run's rounds the launches of one implementation spread by 8-10% at S >= 4096 (its
+# predecessor's power draw sets its clock), and medians of 20 rounds left two kernels with the same
+# SASS up to 7.3% apart while their minima agreed within 0.8% (call 65; docs/benchmarking.md,
+# "The statistic").
+STATISTIC = {"separate": ("median_ms", "median"), "rounds": ("min_ms", "minimum")}
+
+
+def time_column(timing):
+    """'median_ms' or 'min_ms': the column a CSV timed so is compared by (STATISTIC)."""
+    return STATISTIC[timing][0]
+
+
+def statistic_word(timing):
+    """'median' or 'minimum', for the text generated from a CSV timed so."""
+    return STATISTIC[timing][1]
+
+
+def derive_from_time(rows, timing):
+    """Sets tflops and the pct_of_<reference> columns of every row from its time_column(timing):
+    TFLOP/s of the row's useful FLOPs, ratios to the references of the same shape in the same part
+    (in place; rows that did not pass have none). bench.py's rows in rounds, and --merge of parts
+    timed in rounds, whichever statistic the parts wrote."""
+    column = time_column(timing)
+    for row in rows:
+        ms = number(row.get(column)) if passed(row) else None
+        flops = attention_flops(int(row["batch"]), int(row["heads"]), int(row["seq_q"]), int(row["seq_kv"]),
+                                int(row["head_dim"]), str(row.get("causal", "0")) == "1")
+        row["tflops"] = "%.6g" % (flops / (ms * 1e-3) / 1e12) if ms else ""
+        for ratio in RATIO_COLUMNS:
+            row[ratio] = ""
+    return fill_reference_ratios(rows, column)
+
+
 def pair_lengths(seqs, any_length_seqs):
     """{any-length value: the headline length whose rounds it shares (bench.py --timing rounds) and
     is compared with in a CSV timed so, or None}: each value, shortest first, takes the shortest
@@ -127,20 +163,20 @@ def passed(row):
     return row is not None and row.get("status") == "PASS" and number(row.get("median_ms")) is not None
 
 
-def fill_reference_ratios(rows):
+def fill_reference_ratios(rows, time="median_ms"):
     """Sets every empty pct_of_<reference> cell that both times allow (a row that did not pass has none),
     from the reference of the same shape in the same part (a run in parts: each row's ratio comes from
-    the references measured in its own part). bench.py leaves them all empty and calls this; a CSV
-    from before pct_of_cudnn existed gets it here."""
+    the references measured in its own part), by the column `time` (time_column). bench.py leaves them
+    all empty and calls this; a CSV from before pct_of_cudnn existed gets it here."""
     reference_ms = {}
     for row in rows:
         if row.get("impl") in REFERENCES and row.get("kind") == "reference" and passed(row):
-            reference_ms[(row["impl"], shape_key(row), row.get("part", ""))] = number(row["median_ms"])
+            reference_ms[(row["impl"], shape_key(row), row.get("part", ""))] = number(row[time])
     for row in rows:
         for column, reference in RATIO_COLUMNS.items():
             if row.get(column, "") != "":
                 continue
-            ms = number(row.get("median_ms")) if passed(row) else None
+            ms = number(row.get(time)) if passed(row) else None
             ref = reference_ms.get((reference, shape_key(row), row.get("part", "")))
             row[column] = "%.2f" % (100.0 * ref / ms) if ms and ref else ""
     return rows

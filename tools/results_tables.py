@@ -22,8 +22,8 @@ import re
 
 import stages as stage_declarations
 from cli_util import REPO
-from results_csv import (fmt_ms, number, pair_lengths, passed, read_results_csv, reference_label, timing_of,
-                         REFERENCES, SERIES)
+from results_csv import (fmt_ms, number, pair_lengths, passed, read_results_csv, reference_label, statistic_word,
+                         time_column, timing_of, REFERENCES, SERIES)
 
 SECTIONS = ("results-table", "results-summary")
 GENERATOR = "tools/plot.py"
@@ -55,7 +55,8 @@ def load_results(path):
         except ValueError:
             raise ResultsError("%s: a row has a non-integer shape: %s" % (path, row))
         ok = passed(row)  # a result without a passed check has no time, whatever a hand-edited CSV says
-        row["ms"] = number(row["median_ms"]) if ok else None
+        row["ms"] = number(row[time_column(timing_of(meta))]) if ok else None  # the statistic compared
+        row["statistic"] = statistic_word(timing_of(meta))
         row["tf"] = number(row["tflops"]) if ok else None
         row["pct"] = number(row["pct_of_fa2"]) if ok else None
         row["pct_cudnn"] = number(row["pct_of_cudnn"]) if ok else None
@@ -75,6 +76,7 @@ class Group:
         self.key = key
         self.series, self.dtype, self.head_dim, self.batch, self.heads, self.kv_heads, self.causal, self.alibi = key
         self.slug = slug
+        self.statistic = rows[0].get("statistic", "median")  # of every time shown (results_csv.STATISTIC)
         self.seqs = sorted({(r["seq_q"], r["seq_kv"]) for r in rows})
         self.stages = list(collections.OrderedDict.fromkeys(r["impl"] for r in rows if r["kind"] == "stage"))
         refs = list(collections.OrderedDict.fromkeys(r["impl"] for r in rows if r["kind"] != "stage"))
@@ -181,7 +183,7 @@ def group_table(group, declared, readme_dir, plots_dir, expected):
     """The lines of one configuration's table: every stage of the group, then the references;
     notes for results without a time and for the `expected` stages the group lacks."""
     hopper = [s for s in group.stages if is_hopper(s, declared)]
-    legend = "median ms / TFLOP/s / % of FA2" + (" (sm_90a stages: / % of cuDNN)" if hopper else "")
+    legend = "%s ms / TFLOP/s / %% of FA2" % group.statistic + (" (sm_90a stages: / % of cuDNN)" if hopper else "")
     out = ["", "**%s** (each cell: %s)" % (group.title(), legend), ""]
     out.append("| | " + " | ".join("S=" + seq_label(s) for s in group.seqs) + " |")
     out.append("|---|" + "---:|" * len(group.seqs))
@@ -226,8 +228,9 @@ def declaring(declared, series):
 # The words that say how a CSV was timed (results_csv.timing_of): {same} is what a comparison shares,
 # {partner} the headline length an any-length row is compared with (pair_lengths in rounds).
 TIMING_WORDS = {
-    "separate": {"same": "same run", "partner": "the next headline length"},
-    "rounds": {"same": "same rounds", "partner": "the next headline length that no shorter length took"},
+    "separate": {"same": "same run", "partner": "the next headline length", "statistic": "median"},
+    "rounds": {"same": "same rounds", "partner": "the next headline length that no shorter length took",
+               "statistic": "minimum"},
 }
 
 # What each series' part of the README compares, in a sentence ({heads}, {kv_heads}, {group}: from the
@@ -245,7 +248,7 @@ SERIES_INTRO = {
                   "length = the first as a % of the second (100%: the partial tiles cost nothing).",
     "alibi": "**ALiBi**, the stages that declare `alibi`: each stage with ALiBi against the same stage without it "
              "(its headline row, {same}). PyTorch's fused backends (FA2 and cuDNN) take no ALiBi slopes, so "
-             "there is no library reference here. Each cell: median ms with ALiBi / its speed as a % of the speed "
+             "there is no library reference here. Each cell: {statistic} ms with ALiBi / its speed as a % of the speed "
              "without (100%: ALiBi costs nothing).",
 }
 
