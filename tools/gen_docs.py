@@ -220,7 +220,7 @@ def source_line(meta, csv_path):
     parts.append("date %s" % meta.get("date", "unknown"))
     parts.append("git %s" % meta.get("git", "unknown"))
     if timing_of(meta) == "rounds":
-        parts.append("timed in shuffled rounds")
+        parts.append("timed in shuffled rounds, times the minimum over the rounds")
     return "Source: `%s` (%s)." % (shown_path(csv_path), "; ".join(parts))
 
 

@@ -369,8 +369,8 @@ def table_markdown(groups, meta, csv_path, readme_path, plots_dir, declared):
         # A job run in parts: each part measured its own references; the CSV says when each ran.
         facts.append("measured in parts (%s), each with its own FA2 and cuDNN rows" % meta["parts"])
     if timing_of(meta) == "rounds":
-        facts.append("timed in rounds: per shape, every implementation launched once a round in a shuffled order "
-                     "([docs/benchmarking.md](%s#timing))"
+        facts.append("timed in rounds: per shape, every implementation launched once a round in a shuffled order, "
+                     "each time the minimum over the rounds ([docs/benchmarking.md](%s#the-statistic))"
                      % relative_link(os.path.join(REPO, "docs", "benchmarking.md"), readme_dir))
     out.append(", ".join(facts) + ".")
     for group in of_series(groups, "headline"):
