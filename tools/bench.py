@@ -789,7 +789,8 @@ def rounds_stage_row(check, timed):
             kind, _, why = result["status"].partition(": ")
             row["status"] = result["status"] if why.startswith("not run") else "%s: %s: %s" % (kind, source, why)
             return row
-    row.update(median_ms=timed["median_ms"], min_ms=timed["min_ms"], tflops=timed["tflops"])
+    # tflops and the ratios follow in merge(), from the rounds' statistic (derive_from_time).
+    row.update(median_ms=timed["median_ms"], min_ms=timed["min_ms"])
     return row
 
 
