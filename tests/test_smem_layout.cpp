@@ -209,6 +209,39 @@ TEST_CASE("swizzled layouts: +16 rows and +64 columns are constant shifts (the l
   }
 }
 
+// From stage 37 on, a lane keeps one base per tile instead of 4 (LaneAddress): the base of chunk
+// group g = 0..3 (the sub-tile columns 16 g .. 16 g + 15) is the group-0 base XOR 32 g bytes. That
+// holds where the lane's column is chunk 0 or 1 of its pair (every ldmatrix addressing) and the
+// tile starts on a 128-byte boundary (bits 5 and 6 of the start clear); a start 32 bytes off breaks
+// it, which the negative control shows.
+TEST_CASE("swizzled layouts: a chunk group's lane base is group 0's XOR 32 g (stage 37's LaneAddress)", "[smem]") {
+  const int aligned_starts[] = {0, 128, 1024 + 128, 32768};
+  for (const StageLayout& s : stage_layouts()) {
+    if (!swizzle_expected(s) || s.tile_in_boxes) continue;
+    for (int row_elems : kRowElemsCases) {
+      for (const Addressing& a : kLdmatrixAddressings) {
+        INFO("stage " << s.stage << ", row_elems " << row_elems << ", loading " << a.what);
+        const auto mismatches = [&](int tile_start) {
+          int count = 0;
+          for (int row0 = 0; row0 < kMaxTileRows; row0 += 16)
+            for (int lane = 0; lane < 32; ++lane) {
+              const int row = row0 + a.row(lane);
+              const int col_in_pair = a.col(lane);  // 0 or 8
+              const unsigned base = tile_start + kElemBytes * s.tile_offset(row, col_in_pair, row_elems);
+              for (int g = 0; g < 4; ++g) {
+                const unsigned group = tile_start + kElemBytes * s.tile_offset(row, 16 * g + col_in_pair, row_elems);
+                if (group != (base ^ (32u * g))) ++count;
+              }
+            }
+          return count;
+        };
+        for (int start : aligned_starts) CHECK(mismatches(start) == 0);
+        CHECK(mismatches(32) > 0);  // negative control: a tile start with bit 5 set
+      }
+    }
+  }
+}
+
 // From stage 34 on, O's staging tile is what a TMA store reads: boxes of 64 rows x 64 columns, each
 // a contiguous 8 KB (so, from a 1024-byte aligned tile, on a 1024-byte boundary: the 128-byte
 // swizzle's period), box (slab s, panel p) at element 64 * 64 * (s * panels + p), its rows 128 bytes

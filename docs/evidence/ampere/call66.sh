@@ -1,21 +1,45 @@
 #!/usr/bin/env bash
-# Call 66 (prepared in the seventeenth session, not run: the device time was spent): a candidate
-# stage 37 for head_dim 64, ALiBi's column-term B registers built once per thread block through a
-# 1 KiB shared-memory table (thread c writes column c's parts, then two ldmatrix.x4 per lane)
-# instead of by every thread; the loop stays stage 36's (737 / 774 / 716 / 956 SASS instructions,
-# sm_90 fp16, against 36's 737 / 773 / 717 / 956), the ALiBi kernel 7,887 instructions against
-# 9,032, 238 registers, no spills. Call 63's tables version (B per block) measured what the set-up
-# costs: 2-2.6 points at S = 1024. Prediction: the slopes' cost at head_dim 64, S = 1024 from
-# +3.4 / +4.0% (36) to about +1.5%, unchanged at S >= 2048; head_dim 128 untouched (stage 36's).
-# To run it, make the stage first (then write its stage.json: parent 36_alibi_mma, idea, checks):
-#   cp -r stages/36_alibi_mma stages/37_column_setup
-#   patch -p1 -d stages/37_column_setup < docs/evidence/ampere/call66/stage37_column_setup_vs_36.patch
-#   git archive HEAD tools | tar -x -C .deps/call63 ; REV=<commit> bash docs/evidence/ampere/call66.sh
-# (carry .deps). Then as call 64: stage 37's suites and sanitizers, then 40 shuffled rounds of
-# stages 36 and 37 each without and with slopes.
+# Call 66 (eighteenth session): stages 37 (one lane base per tile, the others by XOR) and 38 (ALiBi's
+# column term at head_dim 128 too) on the H200.
+#   REV=<commit> bash docs/evidence/ampere/call66.sh     (carry .deps: Catch2; ~7-8 minutes)
+# (1) a build with stages 36, 37 and 38 only (sm_90, tests on); (2) the GPU suites on 37 and 38;
+# (3) memcheck and racecheck on 37 and 38, every shape sanitize.sh has; (4) shuffled rounds, stages
+# 36, 37 and 38 each without and with ALiBi slopes, issue 12's shapes: 37 against 36 and the slopes'
+# cost in the same rounds.
 set -o pipefail
 export PYTHONUNBUFFERED=1
-: "${REV:?set REV to the commit under test, from this machine}"
-sed -e 's/37_column_ffma/37_column_setup/g' -e 's/call64/call66/g; s/trim64/trim66/g; s/out64/out66/g' \
-    -e 's/configure64/configure66/g; s/build64/build66/g' docs/evidence/ampere/call64.sh > /tmp/call66_body.sh
-REV=$REV bash /tmp/call66_body.sh
+[ -n "$MAKE_ONLY" ] || : "${REV:?set REV to the commit under test, from this machine}"
+T0=$(date +%s); t() { echo "$(( $(date +%s) - T0 ))s"; }
+left() { echo $(( ${LIMIT:-585} - ($(date +%s) - T0) )); }
+OUT=${OUT:-/tmp/out66}; mkdir -p $OUT
+LOG=$OUT/call66.txt
+echo "git $REV" | tee -a $LOG
+W=${W:-/tmp/trim66}; rm -rf $W; mkdir -p $W/stages $W/.deps
+cp -r CMakeLists.txt common tests scripts tools $W/; cp -r .deps/include .deps/lib $W/.deps/ 2>/dev/null
+STAGES="36_alibi_mma 37_xor_lane_address 38_column_term_128"
+for s in $STAGES; do cp -r stages/$s $W/stages/; done
+cmake -S $W -B $W/build -G Ninja -DCMAKE_CUDA_ARCHITECTURES=${ARCH:-90} > /tmp/configure66.log 2>&1
+cmake --build $W/build --parallel ${JOBS:-16} > /tmp/build66.log 2>&1; echo "build rc=$? $(t)" | tee -a $LOG
+tail -3 /tmp/build66.log >> $LOG
+[ -n "$MAKE_ONLY" ] && exit 0
+for test in test_gpu_alibi test_gpu_stages test_gpu_any_length test_gpu_causal test_gpu_lse test_gpu_gqa \
+            test_gpu_hardening; do
+  limit=$(left); [ "$limit" -lt 260 ] && { echo "$test: not run (time)" | tee -a $LOG; continue; }
+  FA_TEST_STAGES=37_xor_lane_address,38_column_term_128 timeout 200 $W/build/tests/$test > /tmp/$test.log 2>&1
+  echo "$test [37,38] rc=$? $(t): $(grep -E 'All tests passed|test cases' /tmp/$test.log | tail -1)" | tee -a $LOG
+  grep -m5 -B2 -A12 FAILED /tmp/$test.log >> $LOG
+done
+limit=$(left)
+if [ "$limit" -ge 200 ]; then
+  (cd $W && timeout 120 bash scripts/sanitize.sh --tool memcheck,racecheck --stage 37,38 --fa-run build/fa_run \
+    --log-dir /tmp/sanitizer > $OUT/sanitize_37_38.txt 2>&1)
+  echo "sanitize [37,38] rc=$? $(t): $(tail -1 $OUT/sanitize_37_38.txt)" | tee -a $LOG
+  grep -E "exit [0-9]+, errors" $OUT/sanitize_37_38.txt | sed 's/.*\] //' | tee -a $LOG
+fi
+limit=$(left)
+I="timeout $(( limit - 10 )) python3 $W/tools/interleaved.py --lib $W/build/libfa_capi.so --dtype fp16,bf16 --head-dim 64,128"
+FA_GIT_REV=$REV $I --stages 36,37,38 --alibi --seqs 1024,2048,4096,8192 --reps 40 --references "" \
+  --csv $OUT/interleaved_alibi_36_37_38.csv > /tmp/alibi.log 2>&1; echo "alibi rounds rc=$? $(t)" | tee -a $LOG
+cat /tmp/alibi.log >> $LOG
+echo "done $(t)" | tee -a $LOG
+grep -hE "ALiBi costs|^(fp16|bf16)" /tmp/alibi.log | cut -c1-110
