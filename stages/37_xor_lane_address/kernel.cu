@@ -1,14 +1,12 @@
-// Stage 36: ALiBi's bias on the tensor cores, where a K/V block lies on one side of the diagonal.
+// Stage 37: one shared-memory lane base per tile; the other chunk groups' bases by an XOR.
 //
-// Stage 33 adds ALiBi's bias -a |i + off - j| to every score with its own FFMA (and a share of the
-// FADDs of the distances): 64 + 21 instructions per thread and block, 6% of the time at head_dim 64.
-// In a block that lies wholly left (or right) of the diagonal for all the thread block's rows, the
-// bias is sign * a * c (c: the key's column in the block) plus a term of the row (column_term.h).
-// The column part is a rank-one matrix, the same in every block of a side: one m16n8k8 MMA per
-// n-tile adds it to the scores, its operands held in 12 registers for the whole loop; the row part
-// moves into the running maximum (4 instructions a row). The blocks the diagonal crosses, and the
-// masked ones, keep stage 33's bias per score, and so does head_dim 128, whose kernel has no
-// registers to spare (Config::kColumnTerm); without slopes nothing changes.
+// From stage 10 on, a lane kept 4 ldmatrix bases per tile (Q, K and V: 12 registers), one per group
+// of 4 chunk columns, because the swizzle (chunk ^ row % 8) makes the groups' addresses differ by
+// something other than a constant. They differ by an XOR: group g's base is group 0's XOR 32 g
+// (LaneAddress). One register per tile and a LOP3 where a group's base is used (asm volatile, so
+// that ptxas does not hoist the XORs back into registers): 9 registers fewer in kernels that sit at
+// 250-255, and ptxas moves fewer values between registers in every loop. Everything else is stage
+// 36's: ALiBi's column term at head_dim 64 (12 registers), its bias per score at head_dim 128.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
