@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Call 66 (eighteenth session): stages 37 (one lane base per tile, the others by XOR) and 38 (ALiBi's
 # column term at head_dim 128 too) on the H200.
-#   REV=<commit> bash docs/evidence/ampere/call66.sh     (carry .deps: Catch2; ~7-8 minutes)
+#   REV=d49916c bash docs/evidence/ampere/call66.sh      (from a checkout of d49916c, which has stage 38;
+#                                                         carry .deps: Catch2; 288 s on the H200)
 # (1) a build with stages 36, 37 and 38 only (sm_90, tests on); (2) the GPU suites on 37 and 38;
 # (3) memcheck and racecheck on 37 and 38, every shape sanitize.sh has; (4) shuffled rounds, stages
 # 36, 37 and 38 each without and with ALiBi slopes, issue 12's shapes: 37 against 36 and the slopes'
