@@ -6,7 +6,9 @@
 // register i holds row mma_a_row(l, 2 i), columns mma_a_col(l, 2 i) and + 1; B: lane l holds rows
 // mma_b_k(l, 0) and mma_b_k(l, 1) of column mma_b_n(l, 0); fragment_layout.h's m16n8k16 entries
 // 0-3 and 0-1, the first k-half), so a part in the wrong lane, half or register is caught here
-// rather than as a slightly wrong softmax on the GPU.
+// rather than as a slightly wrong softmax on the GPU. Stage 38 builds the same B registers from a
+// shared-memory table through ldmatrix.x4 (stages/38_column_setup/column_term.h); the last case
+// reads that table as ldmatrix would and compares lane by lane.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -15,6 +17,9 @@
 
 #define FA_STAGE_NAMESPACE stage36_column_term
 #include "stages/36_alibi_mma/column_term.h"
+#undef FA_STAGE_NAMESPACE
+#define FA_STAGE_NAMESPACE stage38_column_term
+#include "stages/38_column_setup/column_term.h"
 
 namespace {
 
@@ -109,6 +114,24 @@ void check_wrong_lane_is_caught(float slope_raw, float sign, int n_tile) {
   CHECK(wrong_entries<T>(slope_raw, sign, n_tile, wrong_lane) > 0);
 }
 
+// Stage 38's B registers: a table of 64 rows of 4 words (column_term_row, one row per column c),
+// read by two ldmatrix.x4 (no .trans). In an x4, matrix j's row r comes from the address of lane
+// 8 j + r, and lane l receives word l % 4 of row l / 4 of matrix j in its register j (PTX ISA,
+// ldmatrix). The address lane l gives for the x4 of n-tiles 4 h .. 4 h + 3 is row
+// column_term_table_row(h, l); `matrix_shift` rotates the matrices (1: the negative control).
+template <typename T>
+struct TableThroughLdmatrix {
+  uint32_t table[64][4];
+  int matrix_shift;
+  TableThroughLdmatrix(float slope_raw, int shift) : matrix_shift(shift) {
+    for (int c = 0; c < 64; ++c) stage38_column_term::column_term_row<T>(slope_raw, c, table[c]);
+  }
+  uint32_t operator()(float, int n_tile, int lane) const {
+    const int h = n_tile / 4, j = (n_tile + matrix_shift) % 4;
+    return table[stage38_column_term::column_term_table_row(h, 8 * j + lane / 4)][lane % 4];
+  }
+};
+
 }  // namespace
 
 TEST_CASE("alibi column term: the 16-bit parts of a * c add up to it within 2^-21 (and fp16's subnormal step)", "[alibi][column_term]") {
@@ -138,4 +161,26 @@ TEST_CASE("alibi column term: fp16's bound keeps every part finite", "[alibi][co
   for (int part = 0; part < ColumnTermFormat<__half>::kParts; ++part)
     CHECK(std::isfinite(to_float<__half>(column_term_part<__half>(a * 63, part))));
   CHECK(ColumnTermFormat<__half>::kMaxColumnTerm < 65504.0f);
+}
+
+TEST_CASE("alibi column term: stage 38's table read by ldmatrix.x4 gives every lane stage 36's B register", "[alibi][column_term]") {
+  for (float a : kSlopes)
+    for (int n_tile = 0; n_tile < 8; ++n_tile) {
+      INFO("slope_raw " << a << ", n-tile " << n_tile);
+      const TableThroughLdmatrix<__half> table_fp16(a, 0);
+      const TableThroughLdmatrix<__nv_bfloat16> table_bf16(a, 0);
+      for (int lane = 0; lane < 32; ++lane) {
+        CHECK(table_fp16(a, n_tile, lane) == column_term_b<__half>(a, n_tile, lane));
+        CHECK(table_bf16(a, n_tile, lane) == column_term_b<__nv_bfloat16>(a, n_tile, lane));
+      }
+      CHECK(wrong_entries<__half>(a, -1.0f, n_tile, table_fp16) == 0);
+      CHECK(wrong_entries<__nv_bfloat16>(a, 1.0f, n_tile, table_bf16) == 0);
+    }
+  // The negative control: the x4's matrices taken in the wrong order put other n-tiles' columns in.
+  for (float a : {0.35f, -90.5f})
+    for (int n_tile : {0, 7}) {
+      INFO("slope_raw " << a << ", n-tile " << n_tile);
+      CHECK(wrong_entries<__half>(a, 1.0f, n_tile, TableThroughLdmatrix<__half>(a, 1)) > 0);
+      CHECK(wrong_entries<__nv_bfloat16>(a, -1.0f, n_tile, TableThroughLdmatrix<__nv_bfloat16>(a, 1)) > 0);
+    }
 }

@@ -60,7 +60,7 @@ struct ColumnTerm {
 };
 
 // Everything else follows from the element type and the head dimension.
-template <typename T, int kHeadDim_>
+template <typename T, int kHeadDim_, bool kAlibi_ = false>
 struct Config {
   using Elem = T;
   static constexpr int kHeadDim = kHeadDim_;
@@ -74,6 +74,11 @@ struct Config {
   // 255 registers, and the column term's 12 made ptxas spill inside the K/V loops (12-17 LDL a loop
   // against stage 33's 8); the slopes then cost 12-16% there against stage 33's 5% (call 58).
   static constexpr bool kColumnTerm = kHeadDim == 64;
+  // One lane base per tile (LaneAddress) where the kernel is short of registers: without slopes,
+  // and with them at head_dim 128. The head_dim 64 kernel with slopes keeps stage 36's four bases:
+  // it has registers to spare, and with one base ptxas scheduled its loops worse (+1.6 to +2.8%,
+  // call 66).
+  static constexpr bool kOneLaneBase = !(kAlibi_ && kColumnTerm);
 };
 
 // ========================= shared-memory layout =========================
@@ -149,12 +154,18 @@ __device__ __forceinline__ uint32_t xor_in_place(uint32_t x, uint32_t y) {
 
 template <typename Cfg>
 struct LaneAddress {
-  uint32_t base;  // chunk group 0
-  __device__ LaneAddress(const typename Cfg::Elem* tile, int row, int col)
-      : base(smem_u32(tile + tile_offset(row, col, Cfg::kHeadDim))) {}
+  static constexpr int kBases = Cfg::kOneLaneBase ? 1 : 4;
+  uint32_t base[kBases];  // chunk group 0 (and groups 1-3 where the kernel keeps four)
+  __device__ LaneAddress(const typename Cfg::Elem* tile, int row, int col) {
+#pragma unroll
+    for (int g = 0; g < kBases; ++g) base[g] = smem_u32(tile + tile_offset(row, g * kMmaK + col, Cfg::kHeadDim));
+  }
   // The base of chunk group j % 4.
   __device__ __forceinline__ uint32_t group(int j) const {
-    return j % 4 == 0 ? base : xor_in_place(base, 32u * static_cast<uint32_t>(j % 4));
+    if constexpr (kBases == 4)
+      return base[j % 4];
+    else
+      return j % 4 == 0 ? base[0] : xor_in_place(base[0], 32u * static_cast<uint32_t>(j % 4));
   }
   // The sub-tile (i, j), from the base of its group.
   __device__ __forceinline__ static uint32_t at(uint32_t group_base, int i, int j) {
@@ -431,7 +442,7 @@ __device__ __forceinline__ void write_lse(const RowState& state, float* lse_gmem
 // ================================ kernel ================================
 template <typename T, int kHeadDim, bool kAlibi>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionParams p, const int group) {
-  using Cfg = Config<T, kHeadDim>;
+  using Cfg = Config<T, kHeadDim, kAlibi>;
 
   // One thread block per (batch, head, query block), in groups of `group` heads whose K and V share
   // L2; within a group the longest query blocks first (block_order.h). Without causal, groups of one
