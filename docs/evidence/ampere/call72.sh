@@ -19,8 +19,6 @@ echo "git $REV" | tee -a $LOG
 W=${W:-/tmp/trim72}; rm -rf $W; mkdir -p $W/stages
 cp -r CMakeLists.txt common tests scripts tools $W/
 for s in 11_any_length 13_causal 30_lazy_rescale 34_tma_store; do cp -r stages/$s $W/stages/; done
-# 30's and 34's parents are needed for the build's declarations only if the CMake checks them.
-for s in 29_feature_switches; do [ -d stages/$s ] && cp -r stages/$s $W/stages/; done
 cp -r stages/13_causal $W/stages/92_keys13
 (cd $W/stages/92_keys13 && patch -s -p1 < $OLDPWD/docs/evidence/ampere/call72/keys_in_block_choice_13.patch) ||
   echo "patch failed" | tee -a $LOG
