@@ -25,13 +25,17 @@ head_dim: attention_kernel<T, D, kAlibi>) names them in order in "sass": {"kerne
 c('FFMA') >= p('FFMA') + 64"), and every kernel is compared with the parent's kernel of the same
 dtype and head_dim whose flags are the first of its own: equal, none (the parent's only one), or
 the parent's flags followed by those the stage adds (its kernel_flags then start with the parent's).
+Two more names may be used by any check: head_dim (the kernel's head dimension, 64 or 128) and
+identical (True when the kernel's instructions, guards, opcodes and operands in order, are the
+parent's kernel's: "alibi or identical" says that without slopes the stage compiles to its parent's code).
                                           LDL + STL per kernel at most this many on that
                                           architecture; an architecture not listed allows none
 
 An opcode matches as the base opcode or a dotted prefix: "LDG" counts LDG.E.128 but not LDGSTS,
 "MUFU.EX2" counts MUFU.EX2 and not MUFU.RCP. A check is a Python expression over c('OP'), p('OP'),
-numbers, arithmetic, comparisons, and/or/not, nothing else (it is parsed and refused otherwise,
-then evaluated without builtins), and must give True or False. For an sm_90a stage whose parent is
+the names above, numbers, arithmetic, comparisons, and/or/not, nothing else (it is parsed and
+refused otherwise, then evaluated without builtins), names an opcode or `identical`, and must give
+True or False. For an sm_90a stage whose parent is
 an sm_80 stage, the parent's sm_90 kernels are the ones compared.
 
 Every kernel (both dtypes, every head_dim) of every SASS architecture the library contains is
@@ -75,6 +79,8 @@ class DeclarationError(Exception):
 class Check:
     """One versus_parent entry: a restricted expression over c('OP') and p('OP')."""
 
+    KERNEL_NAMES = ("head_dim", "identical")  # usable in every check, besides the kernel_flags
+
     OPERATORS = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
                  ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod,
                  ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -86,6 +92,7 @@ class Check:
         except SyntaxError as e:
             raise DeclarationError("%s: %r is not an expression (%s)" % (where, expression, e.msg)) from None
         self.opcodes: list[str] = []
+        self.names_used: list[str] = []  # of KERNEL_NAMES
         self._validate(tree, where)
         self.code = compile(tree, where, "eval")
 
@@ -101,9 +108,12 @@ class Check:
                 if node.args[0].value not in self.opcodes:
                     self.opcodes.append(node.args[0].value)
             elif isinstance(node, ast.Name):
-                if id(node) not in calls and node.id not in self.flag_names:
-                    raise DeclarationError("%s: in %r, %r is not allowed (only c(), p() and the kernel_flags %s)"
-                                           % (where, self.expression, node.id, list(self.flag_names)))
+                if id(node) not in calls and node.id not in self.flag_names + self.KERNEL_NAMES:
+                    raise DeclarationError("%s: in %r, %r is not allowed (only c(), p(), %s and the kernel_flags %s)"
+                                           % (where, self.expression, node.id, " and ".join(self.KERNEL_NAMES),
+                                              list(self.flag_names)))
+                if id(node) not in calls and node.id in self.KERNEL_NAMES and node.id not in self.names_used:
+                    self.names_used.append(node.id)
             elif isinstance(node, ast.Constant):
                 if not isinstance(node.value, (int, float, str)) or isinstance(node.value, bool):
                     raise DeclarationError("%s: in %r, the constant %r is not allowed"
@@ -111,23 +121,33 @@ class Check:
             elif not isinstance(node, self.OPERATORS + (ast.Load,)):
                 raise DeclarationError("%s: in %r, %s is not allowed (c(), p(), numbers, arithmetic, "
                                        "comparisons, and/or/not)" % (where, self.expression, type(node).__name__))
-        if not self.opcodes:
-            raise DeclarationError("%s: %r names no opcode" % (where, self.expression))
+        if not self.opcodes and "identical" not in self.names_used:
+            raise DeclarationError("%s: %r names no opcode and not `identical`" % (where, self.expression))
 
     def holds(self, child: sass.Kernel, parent: sass.Kernel) -> bool:
         if len(child.flags) != len(self.flag_names):
             raise DeclarationError("%s has %d bool template arguments, kernel_flags names %d"
                                    % (child.label, len(child.flags), len(self.flag_names)))
         names = {name: bool(bit) for name, bit in zip(self.flag_names, child.flags)}
+        names.update(self.kernel_names(child, parent))
         result = eval(self.code, {"__builtins__": {}}, {"c": child.count, "p": parent.count, **names})
         if not isinstance(result, bool):
             raise DeclarationError("%r gives %r, not True or False" % (self.expression, result))
         return result
 
+    @staticmethod
+    def kernel_names(child: sass.Kernel, parent: sass.Kernel) -> dict:
+        """head_dim and identical for this pair of kernels."""
+        same = [(i.guard, i.opcode, i.operands) for i in child.instructions] == \
+               [(i.guard, i.opcode, i.operands) for i in parent.instructions]
+        return {"head_dim": child.head_dim, "identical": same}
+
     def values(self, child: sass.Kernel, parent: sass.Kernel) -> str:
         flags = ["%s=%d" % (name, bit) for name, bit in zip(self.flag_names, child.flags)]
-        return ", ".join(flags + ["c('%s')=%d p('%s')=%d" % (op, child.count(op), op, parent.count(op))
-                                  for op in self.opcodes])
+        kernel = self.kernel_names(child, parent)
+        used = ["%s=%s" % (name, kernel[name]) for name in self.names_used]
+        return ", ".join(flags + used + ["c('%s')=%d p('%s')=%d" % (op, child.count(op), op, parent.count(op))
+                                         for op in self.opcodes])
 
 
 @dataclass

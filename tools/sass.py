@@ -36,7 +36,7 @@ from pathlib import Path
 
 # "        /*0120*/  @!P0 LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64] ;   /* 0x... */"
 INSTRUCTION = re.compile(
-    r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*);")
+    r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*);")
 FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
 CODE_FOR = re.compile(r"code for (sm_\d+[a-z]?)")
 ELF_ARCH = re.compile(r"^arch = (sm_\d+[a-z]?)\s*$")
@@ -51,6 +51,7 @@ class Instruction:
     address: int
     opcode: str    # the full opcode with its modifiers: "LDGSTS.E.BYPASS.128", "MUFU.EX2"
     operands: str  # the rest of the line up to ';', e.g. "R4, [R2.64]"
+    guard: str = ""  # the predicate guard, e.g. "@!P0", or ""
 
 
 @dataclass
@@ -195,7 +196,8 @@ def disassemble(library: Path, tools: Tools) -> list[Kernel]:
             continue
         m = INSTRUCTION.search(line)
         if m and current is not None:
-            current.instructions.append(Instruction(int(m.group(1), 16), m.group(2), m.group(3).strip()))
+            current.instructions.append(Instruction(int(m.group(1), 16), m.group(3), m.group(4).strip(),
+                                                    (m.group(2) or "").strip()))
     return kernels
 
 
