@@ -135,12 +135,13 @@ class Check:
             raise DeclarationError("%r gives %r, not True or False" % (self.expression, result))
         return result
 
-    @staticmethod
-    def kernel_names(child: sass.Kernel, parent: sass.Kernel) -> dict:
-        """head_dim and identical for this pair of kernels."""
-        same = [(i.guard, i.opcode, i.operands) for i in child.instructions] == \
-               [(i.guard, i.opcode, i.operands) for i in parent.instructions]
-        return {"head_dim": child.head_dim, "identical": same}
+    def kernel_names(self, child: sass.Kernel, parent: sass.Kernel) -> dict:
+        """head_dim, and identical where this check names it (it compares every instruction)."""
+        names = {"head_dim": child.head_dim}
+        if "identical" in self.names_used:
+            names["identical"] = [(i.guard, i.opcode, i.operands) for i in child.instructions] == \
+                                 [(i.guard, i.opcode, i.operands) for i in parent.instructions]
+        return names
 
     def values(self, child: sass.Kernel, parent: sass.Kernel) -> str:
         flags = ["%s=%d" % (name, bit) for name, bit in zip(self.flag_names, child.flags)]

@@ -164,11 +164,11 @@ TEST_CASE("alibi column term: fp16's bound keeps every part finite", "[alibi][co
 }
 
 TEST_CASE("alibi column term: stage 38's table read by ldmatrix.x4 gives every lane stage 36's B register", "[alibi][column_term]") {
-  for (float a : kSlopes)
+  for (float a : kSlopes) {
+    const TableThroughLdmatrix<__half> table_fp16(a, 0);
+    const TableThroughLdmatrix<__nv_bfloat16> table_bf16(a, 0);
     for (int n_tile = 0; n_tile < 8; ++n_tile) {
       INFO("slope_raw " << a << ", n-tile " << n_tile);
-      const TableThroughLdmatrix<__half> table_fp16(a, 0);
-      const TableThroughLdmatrix<__nv_bfloat16> table_bf16(a, 0);
       for (int lane = 0; lane < 32; ++lane) {
         CHECK(table_fp16(a, n_tile, lane) == column_term_b<__half>(a, n_tile, lane));
         CHECK(table_bf16(a, n_tile, lane) == column_term_b<__nv_bfloat16>(a, n_tile, lane));
@@ -176,6 +176,7 @@ TEST_CASE("alibi column term: stage 38's table read by ldmatrix.x4 gives every l
       CHECK(wrong_entries<__half>(a, -1.0f, n_tile, table_fp16) == 0);
       CHECK(wrong_entries<__nv_bfloat16>(a, 1.0f, n_tile, table_bf16) == 0);
     }
+  }
   // The negative control: the x4's matrices taken in the wrong order put other n-tiles' columns in.
   for (float a : {0.35f, -90.5f})
     for (int n_tile : {0, 7}) {
