@@ -16,7 +16,8 @@ namespace {
 using block_orders::Block;
 using block_orders::StageBlockOrder;
 
-// The parent's order (stage 32): query blocks fastest, the last first, one head after another.
+// The parent's order under causal (stage 32): query blocks fastest, the last first, one head after
+// another. (Without causal the kernels keep stage 32's order and do not call block_coordinates.)
 Block parent_order(int block, int n) {
   return {n - 1 - block % n, block / n};
 }

@@ -16,7 +16,8 @@
 // its shortest blocks, and only the last group's end is the kernel's; the first group takes the
 // remainder heads, so that the last one is whole.
 //
-// Without causal every block has the same length: groups of one head, which is stage 32's order.
+// Without causal every block has the same length, and the kernel keeps stage 32's order without
+// calling block_coordinates (group_heads says one head).
 #pragma once
 
 #include <cstdint>

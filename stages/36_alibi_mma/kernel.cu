@@ -249,7 +249,7 @@ __device__ __forceinline__ float block_row_max(const float (&s_acc)[Cfg::kKeyTil
 // Key j of the block is masked in row i of the query block where it is past the end of the sequence
 // (j >= keys) or above the diagonal (j > i + diagonal): the score -inf, which no row maximum takes
 // and exp2 turns into the probability 0. A row may lose every key of the block.
-template <typename Cfg, int kLiveTiles>
+template <typename Cfg, int kLiveTiles, bool kCausal>
 __device__ __forceinline__ void mask_scores(float (&s_acc)[kMTiles][Cfg::kKeyTiles][4], int keys, int diagonal,
                                             int warp_row0, int lane) {
 #pragma unroll
@@ -259,7 +259,8 @@ __device__ __forceinline__ void mask_scores(float (&s_acc)[kMTiles][Cfg::kKeyTil
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = n * kMmaN + mma_c_col(lane, i);
-        if (key >= keys || key > warp_row0 + m * kMmaM + mma_c_row(lane, i) + diagonal) s_acc[m][n][i] = -INFINITY;
+        if (key >= keys || (kCausal && key > warp_row0 + m * kMmaM + mma_c_row(lane, i) + diagonal))
+          s_acc[m][n][i] = -INFINITY;
       }
 }
 
@@ -362,7 +363,7 @@ __device__ __forceinline__ void accumulate_pv(float (&o_acc)[kMTiles][Cfg::kDimT
 // divide by it, convert to 16 bits, stage the tile in shared memory (over Q, which every warp has
 // finished reading) and write out its first `rows` rows (the others are past seq_q) in coalesced
 // 16-byte chunks.
-template <typename Cfg>
+template <typename Cfg, bool kCausal>
 __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[kMTiles][Cfg::kDimTiles][4], RowState& state,
                                                       typename Cfg::Elem* o_smem, typename Cfg::Elem* o_gmem,
                                                       int64_t row_stride, int rows, int warp_row0, int lane) {
@@ -370,10 +371,11 @@ __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[kMTiles][Cf
 #pragma unroll
   for (int mr = 0; mr < kRowsPerThread; ++mr) {
     const int m = mr / 2, r = mr % 2;
-    // A row that saw no key has the sum 0 and an O of 0: it writes zeros. (NaN sums still divide.)
+    // Under causal a row that saw no key has the sum 0 and an O of 0: it writes zeros. (NaN sums
+    // still divide.)
     state.sum[mr] = quad_allreduce_sum(state.sum[mr]);
     const float sum = state.sum[mr];
-    const float inv_sum = sum == 0.0f ? 0.0f : 1.0f / sum;
+    const float inv_sum = kCausal && sum == 0.0f ? 0.0f : 1.0f / sum;
     const int row = warp_row0 + m * kMmaM + mma_c_row(lane, 2 * r);
 #pragma unroll
     for (int d = 0; d < Cfg::kDimTiles; ++d) {
@@ -411,19 +413,24 @@ __device__ __forceinline__ void write_lse(const RowState& state, float* lse_gmem
 }
 
 // ================================ kernel ================================
-template <typename T, int kHeadDim, bool kAlibi>
+template <typename T, int kHeadDim, bool kCausal, bool kAlibi>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionParams p, const int group) {
   using Cfg = Config<T, kHeadDim>;
 
-  // One thread block per (batch, head, query block), in groups of `group` heads whose K and V share
-  // L2; within a group the longest query blocks first (block_order.h). Without causal, groups of one
-  // head: query blocks fastest, the last first.
+  // One thread block per (batch, head, query block). Under causal, in groups of `group` heads whose
+  // K and V share L2, within a group the longest query blocks first (block_order.h). Without causal
+  // stage 32's order: query blocks fastest, so that the blocks running at the same time share one
+  // head's K and V in L2.
   const int64_t num_q_blocks = (p.seq_q + kBlockQ - 1) / kBlockQ;
-  // (The grid has fewer than 2^31 blocks, so each of these counts fits in 32 bits.)
-  const BlockCoordinates coordinates = block_coordinates(static_cast<int>(blockIdx.x), static_cast<int>(num_q_blocks),
-                                                         static_cast<int>(p.batch * p.heads), static_cast<int>(group));
-  const int64_t q_block = coordinates.q_block;
-  const int64_t batch_head = coordinates.batch_head;
+  int64_t q_block = blockIdx.x % num_q_blocks;
+  int64_t batch_head = blockIdx.x / num_q_blocks;
+  if constexpr (kCausal) {
+    // (The grid has fewer than 2^31 blocks, so each of these counts fits in 32 bits.)
+    const BlockCoordinates coordinates = block_coordinates(static_cast<int>(blockIdx.x), static_cast<int>(num_q_blocks),
+                                                           static_cast<int>(p.batch * p.heads), static_cast<int>(group));
+    q_block = coordinates.q_block;
+    batch_head = coordinates.batch_head;
+  }
   const int64_t batch = batch_head / p.heads;
   const int64_t head = batch_head % p.heads;
   const T* q_gmem = static_cast<const T*>(p.q.data) + batch * p.q.batch_stride + head * p.q.head_stride +
@@ -452,10 +459,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
   // bytes otherwise.
   const int64_t diagonal_offset = p.seq_kv - p.seq_q;  // query i sees keys j <= i + diagonal_offset
   const int64_t last_row_keys = q_block * kBlockQ + q_rows + diagonal_offset;
-  const int64_t keys_seen = p.causal ? min(max(last_row_keys, int64_t{0}), p.seq_kv) : p.seq_kv;
+  const int64_t keys_seen = kCausal ? min(max(last_row_keys, int64_t{0}), p.seq_kv) : p.seq_kv;
   const int num_kv_blocks = static_cast<int>((keys_seen + kBlockKV - 1) / kBlockKV);
   const auto keys_in_block = [&](int block) {
-    return static_cast<int>(min(p.seq_kv - static_cast<int64_t>(block) * kBlockKV, int64_t{kBlockKV}));
+    if constexpr (kCausal)  // the last block visited need not be the sequence's last
+      return static_cast<int>(min(p.seq_kv - static_cast<int64_t>(block) * kBlockKV, int64_t{kBlockKV}));
+    return block + 1 < num_kv_blocks ? kBlockKV : static_cast<int>(p.seq_kv - static_cast<int64_t>(block) * kBlockKV);
   };
 
   // Q stays in shared memory for the whole loop over K/V. The first K block is requested with it.
@@ -492,9 +501,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     for (int n = 0; n < kBlockKV / kMmaN; ++n) column.b[n] = column_term_b<T>(alibi_slope_raw, n, lane);
   }
 
-  // One step of the loop over K/V: block kv_block's scores, softmax and P V. Only the steps that
-  // need it compile the mask in (`masked` is a constant at every call): a mask behind a branch in
-  // the one loop, even never taken, makes ptxas schedule the whole loop worse (stage 22's page).
+  // One step of the loop over K/V: block kv_block's scores, softmax and P V. The mask is applied
+  // where the caller asks for it (under causal: the blocks the diagonal crosses, and the last) and,
+  // without causal, in a partial block (the last).
   // live_groups (a KeyGroups<n>) is how many 16-key groups of the block hold a key: the step
   // computes those and nothing of the others.
   // side (a Side<sign>): where the block lies for ALiBi; at +1 / -1 its bias is a column term on
@@ -532,14 +541,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
       }
     }
 
-    if (masked) {
-      // Row i of the query block sees key j of this block where j <= i + diagonal (kBlockKV: every
-      // key, as without causal), and only the keys below keys_in_block exist.
-      const int diagonal = p.causal ? static_cast<int>(min(q_block * kBlockQ + diagonal_offset -
-                                                               static_cast<int64_t>(kv_block) * kBlockKV,
-                                                           int64_t{kBlockKV}))
-                                    : kBlockKV;
-      mask_scores<Cfg, kLiveTiles>(s_acc, keys_in_block(kv_block), diagonal, warp_row0, lane);
+    const int keys = keys_in_block(kv_block);
+    if (masked || (!kCausal && keys < kBlockKV)) {
+      // Under causal, row i of the query block sees key j of this block where j <= i + diagonal; only
+      // the keys below `keys` exist.
+      const int64_t block_diagonal = q_block * kBlockQ + diagonal_offset - static_cast<int64_t>(kv_block) * kBlockKV;
+      const int diagonal = kCausal ? static_cast<int>(min(block_diagonal, int64_t{kBlockKV})) : kBlockKV;
+      mask_scores<Cfg, kLiveTiles, kCausal>(s_acc, keys, diagonal, warp_row0, lane);
     }
     online_softmax_update<Cfg, kLiveTiles, kSide != 0>(s_acc, o_acc, state, scale_log2, row_term);
 
@@ -551,11 +559,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     __syncthreads();     // ... for every thread, and every warp is done with V before it is overwritten
   };
 
-  // The blocks before unmasked_blocks are whole and below the diagonal for every row: the first row
-  // of the query block already sees all their keys. The rest -- under causal the blocks the diagonal
-  // crosses, and the last block if it is partial -- take the masked step, the last block with only
-  // its groups that hold a key (a partial block only ends the sequence).
-  const int64_t first_row_keys = p.causal ? max(q_block * kBlockQ + diagonal_offset + 1, int64_t{0}) : p.seq_kv;
+  // The blocks before unmasked_blocks are whole and take the unmasked step. Under causal they lie
+  // below the diagonal for every row (the first row of the query block already sees all their
+  // keys); the rest -- the blocks the diagonal crosses, and the last -- take the masked step, in a
+  // second copy of the loop: a mask behind a branch in one loop, even never taken, makes ptxas
+  // schedule the whole loop worse at head_dim 128 (stage 22's page). Without causal they are all
+  // the whole blocks, and a partial last block is peeled out of the loop as under causal. (The
+  // step's check for a partial block never fires in the loop then, but it stays: without it, ptxas
+  // re-forms 13 shared-memory addresses a block at head_dim 64 -- 665 instructions on the loop's
+  // path against 652 -- and the kernel is 2.0-4.2% slower, call 73.)
+  const int64_t first_row_keys = kCausal ? max(q_block * kBlockQ + diagonal_offset + 1, int64_t{0}) : p.seq_kv;
   const int unmasked_blocks = static_cast<int>(min(first_row_keys, p.seq_kv) / kBlockKV);
   int kv_block = 0;
   static_assert(Cfg::kKeySteps == 4, "one case below per count of 16-key groups");
@@ -575,10 +588,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
   } else {
     for (; kv_block < unmasked_blocks; ++kv_block) step(kv_block, false, KeyGroups<4>{}, Side<0>{});
   }
-  // The masked blocks before the last are whole. The last block is peeled out of the loop: with the
-  // switch inside the loop, ptxas kept more values moving between registers on every iteration
-  // (head_dim 128: main loop 1,181 instructions against 1,141 peeled and the parent's 1,127).
-  for (; kv_block < num_kv_blocks - 1; ++kv_block) step(kv_block, true, KeyGroups<4>{}, Side<0>{});
+  // Under causal the masked blocks before the last are whole. The last block is peeled out of the
+  // loop: with the switch inside the loop, ptxas kept more values moving between registers on every
+  // iteration (head_dim 128: main loop 1,181 instructions against 1,141 peeled and the parent's
+  // 1,127).
+  if constexpr (kCausal)
+    for (; kv_block < num_kv_blocks - 1; ++kv_block) step(kv_block, true, KeyGroups<4>{}, Side<0>{});
+  // The last block (where one is left: under causal always, without it where it is partial) with
+  // only its groups that hold a key (a partial block only ends the sequence).
   if (kv_block < num_kv_blocks) {
     switch ((keys_in_block(kv_block) + kMmaK - 1) / kMmaK) {
       case 1: step(kv_block, true, KeyGroups<1>{}, Side<0>{}); break;
@@ -588,7 +605,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
     }
   }
 
-  normalize_and_write_o<Cfg>(o_acc, state, smem.q, o_gmem, p.o.seq_stride, q_rows, warp_row0, lane);
+  normalize_and_write_o<Cfg, kCausal>(o_acc, state, smem.q, o_gmem, p.o.seq_stride, q_rows, warp_row0, lane);
   if (p.lse.data != nullptr) {
     float* lse_gmem = p.lse.data + batch * p.lse.batch_stride + head * p.lse.head_stride + q_block * kBlockQ;
     write_lse(state, lse_gmem, p.softmax_scale, q_rows, warp_row0, lane);
@@ -609,8 +626,11 @@ extern const StageInfo info = {
 template <typename T, int kHeadDim>
 Status launch_typed(const AttentionParams& params, cudaStream_t stream) {
   constexpr size_t smem_bytes = SharedTiles<Config<T, kHeadDim>>::kBytes;
-  const auto kernel = params.alibi.data != nullptr ? attention_kernel<T, kHeadDim, true>
-                                                   : attention_kernel<T, kHeadDim, false>;
+  const bool alibi = params.alibi.data != nullptr;
+  const auto kernel = params.causal ? (alibi ? attention_kernel<T, kHeadDim, true, true>
+                                             : attention_kernel<T, kHeadDim, true, false>)
+                                    : (alibi ? attention_kernel<T, kHeadDim, false, true>
+                                             : attention_kernel<T, kHeadDim, false, false>);
   // Dynamic shared memory above 48 KB needs an explicit opt-in. The attribute belongs to the
   // current device, so it is set on every launch (a process may launch on several GPUs).
   const cudaError_t attr_status =
