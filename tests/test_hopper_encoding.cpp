@@ -245,7 +245,9 @@ TEST_CASE("wgmma address model reproduces the K-major case the microbenchmark ve
 
 TEST_CASE("wgmma K-major panel descriptors read the panel layout (Q and K at head_dim 64 and 128)", "[hopper][descriptor]") {
   const uint32_t tile = 0x8000;  // 1024-byte aligned
-  for (int rows : {64, 128}) {
+  // Tiles of 64 and 128 rows (Q of one and two warpgroups, K of 128 keys), 160 (K of stage 39's
+  // wide block) and 192 (Q of three warpgroups, stage 24 on).
+  for (int rows : {64, 128, 160, 192}) {
     for (int head_dim : {64, 128}) {
       INFO("rows " << rows << ", head_dim " << head_dim);
       const uint32_t panel_bytes = rows * 128u;
@@ -274,7 +276,7 @@ TEST_CASE("wgmma K-major panel descriptors read the panel layout (Q and K at hea
 
 TEST_CASE("wgmma MN-major descriptor reads V ([key][dim], dims contiguous) as B = K x N of P V", "[hopper][descriptor]") {
   const uint32_t tile = 0x10000;
-  for (int keys : {64, 128}) {
+  for (int keys : {64, 128, 160}) {  // 160: stage 39's wide K/V block
     for (int head_dim : {64, 128}) {
       INFO("keys " << keys << ", head_dim " << head_dim);
       const uint32_t panel_bytes = keys * 128u;
