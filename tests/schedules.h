@@ -15,11 +15,14 @@ struct Tile {
 using TileCoordinatesFn = Tile (*)(int tile, int num_q_blocks, int heads, bool causal);
 // From stage 28: whether the launcher takes the 192-row tile at head_dim 64.
 using TileChoiceFn = bool (*)(const fa::AttentionParams& p, int block_kv, int sm_count);
+// From stage 39: whether the launcher takes the 160-key K/V block at head_dim 128.
+using KVChoiceFn = bool (*)(int64_t seq_kv, bool causal);
 
 struct StageSchedule {
   const char* stage;  // folder name, e.g. "25_balanced_pairs"
   TileCoordinatesFn tile_coordinates;
   TileChoiceFn three_warpgroups_faster;  // nullptr where the stage's schedule.h has no tile choice
+  KVChoiceFn wide_kv_pays;               // nullptr where it has no K/V block choice
 };
 
 // Generated from FA_STAGES (tests/CMakeLists.txt), in registry order; only stages with a schedule.h.

@@ -133,3 +133,33 @@ TEST_CASE("schedule: at head_dim 64 the launcher takes the tile that stages 23 a
   }
   if (stages_with_choice == 0) SUCCEED("no stage's schedule.h chooses the tile");
 }
+
+TEST_CASE("schedule: at head_dim 128 the launcher takes the 160-key K/V block only where its steps cost less") {
+  // Stage 39 (wide_kv_pays): never under causal; otherwise where kStep160 (1.20, a prediction from
+  // stage 30's phases) times the 160-key steps is below the 128-key steps. At the benchmark's
+  // lengths: S = 1024 no (7 x 1.20 = 8.4 > 8), 2048, 4096, 8192 yes; 160 too (one 160-key step
+  // against two 128-key steps).
+  int stages_with_choice = 0;
+  for (int s = 0; s < schedules::kStageScheduleCount; ++s) {
+    const StageSchedule& stage = *schedules::kStageSchedules[s];
+    if (stage.wide_kv_pays == nullptr) continue;
+    ++stages_with_choice;
+    INFO("stage " << stage.stage);
+    const struct {
+      int64_t seq;
+      bool wide;
+    } expected[] = {{1, false},     {9, false},     {128, false},   {160, true},   {1000, false}, {1024, false},
+                    {2048, true},   {4000, true},   {4096, true},   {8192, true},  {16384, true}};
+    for (const auto& e : expected) {
+      INFO("seq_kv = " << e.seq);
+      CHECK(stage.wide_kv_pays(e.seq, false) == e.wide);
+      CHECK_FALSE(stage.wide_kv_pays(e.seq, true));
+    }
+    // The rule itself, at every length up to 2^14: wide exactly where 1.2 x ceil(S / 160) < ceil(S / 128).
+    for (int64_t seq = 1; seq <= (1 << 14); ++seq) {
+      const bool cheaper = 6 * ((seq + 159) / 160) < 5 * ((seq + 127) / 128);
+      if (stage.wide_kv_pays(seq, false) != cheaper) FAIL_CHECK("seq_kv = " << seq);
+    }
+  }
+  if (stages_with_choice == 0) SUCCEED("no stage's schedule.h chooses the K/V block");
+}
