@@ -11,6 +11,10 @@
 // multiple of 160 computes its last block in full (masked): the launcher takes the wide block at
 // head_dim 128, without causal, where that padding costs less than the block saves
 // (wide_kv_pays, schedule.h: S >= 2048 at the powers of two), and stage 30's 128 elsewhere.
+//
+// Measured (calls 77 and 78, docs/stages/39_wide_kv.md): slower than stage 30 where it takes the
+// wide block, 2-10% at S = 2048-8192. The hand-overs' idle time is not fixed per block: it grows
+// with the softmax of the wider block (523 -> 763 idle tensor cycles a block at S = 5120).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -63,7 +67,8 @@ struct Config {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(!kThreeWarpgroups_ || kHeadDim == 64, "a third consumer warpgroup fits the registers at head_dim 64 only");
   // Bc: key/value rows per iteration (the n of S = Q K^T's wgmma). 160 only at head_dim 128 with two
-  // consumer warpgroups: its shared memory is 224 KiB (SharedTiles), its S 80 registers a thread.
+  // consumer warpgroups: its tiles take 224 KiB (226 with the barriers, SharedTiles), its S 80
+  // registers a thread.
   static constexpr int kBlockKV = kWideKV_ ? 160 : 128;
   static_assert(!kWideKV_ || (kHeadDim == 128 && !kThreeWarpgroups_), "the 160-key block is head_dim 128's");
   static_assert(kBlockKV % kWgmmaK == 0, "P V consumes keys 16 at a time");
