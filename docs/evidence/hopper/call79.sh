@@ -22,7 +22,7 @@ SEQ=${SEQ:-4096}
 echo "git $REV $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee -a $LOG
 W=${W:-/tmp/trim79}; rm -rf $W; mkdir -p $W/stages
 cp -r CMakeLists.txt common tests scripts tools $W/
-cp -r stages/$STAGE $W/stages/
+cp -r stages/30_lazy_rescale $W/stages/
 # Probe 91 (not a stage): stage 30 with S = Q K^T issued as two commit groups of 64 keys
 # (m64n64k16), each half's softmax after its own wait, so the softmax of keys 0-63 runs while the
 # tensor pipe computes keys 64-127 (call79/split_scores.patch).
