@@ -46,4 +46,16 @@ FA_HOST_DEVICE inline bool max_grows_too_far(float row_max, float block_max, flo
   return !((block_max - row_max) * scale_log2 <= kLazyRescaleLog2);
 }
 
+// The row max off the exponentials' path (stage 40): a block's weights, computed against the
+// running max before the block's max is known, are each at most 2^kLazyRescaleLog2 -- the bound
+// lazy rescaling keeps -- when every partial sum of them is (weights are >= 0). False for an inf
+// sum (an exponent that overflowed) and a NaN one: the caller then takes the block again, max
+// first. Modelled on the CPU by test_online_softmax.
+constexpr float kLargestLazyWeight = 256.0f;
+static_assert(kLazyRescaleLog2 == 8.0f, "kLargestLazyWeight is 2^kLazyRescaleLog2");
+
+FA_HOST_DEVICE inline bool weights_fit(float partial_sum) {
+  return partial_sum <= kLargestLazyWeight;
+}
+
 }  // namespace fa

@@ -31,11 +31,16 @@ enum class SoftmaxForm {
   kNoRescale,     // a deliberately broken variant: forgets to rescale O and l when m grows
   kLazyRescale,   // stage 30: kFusedExp2, but m (and with it O and l) moves only when a block's max
                   // exceeds it by more than 2^kLazyRescaleLog2 in the exponent (fa::max_grows_too_far)
+  kSpeculativeMax,  // stage 40: after the first block, p against the running max before the block's
+                    // max; kept if every lane's partial block sum fits (fa::weights_fit), else the
+                    // block is done again as kLazyRescale does it
 };
 
-// What the lazy form did on a row: rescales taken and skipped, and its largest weight.
+// What the lazy form did on a row: rescales taken and skipped, and its largest weight; for the
+// speculative form also the blocks whose speculative weights were kept and those done again.
 struct LazyStats {
   int taken = 0, skipped = 0;
+  int kept = 0, redone = 0;
   double max_weight = 0.0;
 };
 
@@ -57,14 +62,36 @@ std::vector<double> online_softmax_row(const HostTensor& q, const HostTensor& k,
       double dot = 0.0;
       for (int64_t d = 0; d < kDim; ++d)
         dot += static_cast<double>(q.at(0, s, 0, d)) * k.at(0, kv0 + j, 0, d);
-      scores[j] = form == SoftmaxForm::kFusedExp2 || form == SoftmaxForm::kLazyRescale ? dot : dot * scale;
+      scores[j] = form == SoftmaxForm::kScaleThenExp || form == SoftmaxForm::kNoRescale ? dot * scale : dot;
     }
     double block_max = -std::numeric_limits<double>::infinity();
     for (double x : scores) block_max = std::max(block_max, x);
     double new_max = std::max(row_max, block_max);
     double correction;
     std::vector<double> p(block_kv);
-    if (form == SoftmaxForm::kLazyRescale) {
+    bool speculated = false;  // kSpeculativeMax: this block's weights were kept without its max
+    if (form == SoftmaxForm::kSpeculativeMax && kv0 > 0) {
+      // The kernel's fp32 arithmetic against the running max; each lane sums its own keys in fp32.
+      const float scale_log2_f = static_cast<float>(scale_log2);
+      const float max_scaled = fa::max_for_exp(static_cast<float>(row_max)) * scale_log2_f;
+      float lane_block_sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t j = 0; j < block_kv; ++j) {
+        p[j] = fa::exp2_approx(std::fma(static_cast<float>(scores[j]), scale_log2_f, -max_scaled));
+        lane_block_sum[(j % 8) / 2] += static_cast<float>(p[j]);
+      }
+      speculated = true;
+      for (float x : lane_block_sum) speculated = speculated && fa::weights_fit(x);
+      if (lazy) ++(speculated ? lazy->kept : lazy->redone);
+      if (speculated) {
+        new_max = row_max;
+        correction = 1.0;
+        if (lazy)
+          for (double x : p) lazy->max_weight = std::max(lazy->max_weight, x);
+      }
+    }
+    if (speculated) {
+      // kept: nothing rescaled
+    } else if (form == SoftmaxForm::kLazyRescale || form == SoftmaxForm::kSpeculativeMax) {
       // The kernel's fp32 arithmetic, with the old max kept while the block's max stays within
       // 2^kLazyRescaleLog2 of it (correction 1: nothing rescaled).
       const float scale_log2_f = static_cast<float>(scale_log2);
@@ -222,6 +249,45 @@ TEST_CASE("lazy rescaling (stage 30) equals plain softmax, its weights at most 2
   CHECK_FALSE(fa::max_grows_too_far(5.0f, -3.0f, 1.0f));
   CHECK(fa::max_grows_too_far(-inf, 0.5f, 0.18f));
   CHECK(fa::max_grows_too_far(-inf, -inf, 0.18f));
+}
+
+// Stage 40's speculative exponentials give the same softmax: after the first block the weights are
+// computed against the running max before the block's max is known, and kept only if every lane's
+// partial block sum fits (fa::weights_fit), which bounds every kept weight by 2^kLazyRescaleLog2;
+// otherwise the block is done again as stage 30 does it. Both paths must run: a late planted key
+// (or large logits) overflows the bound, random ones stay under it.
+TEST_CASE("speculative exponentials (stage 40) equal plain softmax, kept weights at most 2^8", "[softmax]") {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+  LazyStats total;
+  for (float qk_std : {1.0f, 6.0f}) {
+    for (int64_t planted : {int64_t{-1}, int64_t{0}, kSeqKv - 1}) {
+      const Inputs in = make_inputs(11, qk_std, planted);
+      for (int64_t block_kv : {8, 16, 32, 64, 128}) {
+        for (int64_t s = 0; s < kSeqQ; ++s) {
+          INFO("std " << qk_std << ", planted " << planted << ", Bc " << block_kv << ", row " << s);
+          std::vector<double> reference(kDim);
+          fa::reference_row_fp64(in.q, in.k, in.v, 0, 0, s, scale, reference.data());
+          LazyStats stats;
+          const std::vector<double> speculative =
+              online_softmax_row(in.q, in.k, in.v, s, scale, block_kv, SoftmaxForm::kSpeculativeMax, &stats);
+          CHECK(max_rel_diff(speculative, reference) < 2e-6);
+          CHECK(stats.max_weight <= 256.0);
+          total.kept += stats.kept;
+          total.redone += stats.redone;
+        }
+      }
+    }
+  }
+  INFO("blocks after the first: " << total.kept << " kept, " << total.redone << " done again");
+  CHECK(total.kept > 0);
+  CHECK(total.redone > 0);
+  // The check itself: a partial sum of exactly 2^8 fits, anything above does not, and neither does
+  // an overflowed (inf) or NaN sum.
+  CHECK(fa::weights_fit(0.0f));
+  CHECK(fa::weights_fit(256.0f));
+  CHECK_FALSE(fa::weights_fit(256.0001f));
+  CHECK_FALSE(fa::weights_fit(std::numeric_limits<float>::infinity()));
+  CHECK_FALSE(fa::weights_fit(std::numeric_limits<float>::quiet_NaN()));
 }
 
 TEST_CASE("without the rescale the model is wrong when the max arrives late (the test can fail)",

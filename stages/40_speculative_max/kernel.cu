@@ -292,13 +292,12 @@ __device__ __forceinline__ bool online_softmax_scores(float (&s_acc)[Cfg::kKeyTi
 // P = exp2(s * scale_log2 - max * scale_log2) against the running max, without the
 // block's max first; the block's partial row sums go to `block_sum`. Returns whether every P of
 // the thread is at most 2^kLazyRescaleLog2, which holds if each of its partial row sums (32 keys,
-// P >= 0) is: then lazy rescaling (above) would not have moved the max either. False for an
-// overflowing (inf) or NaN sum too: the caller then does the block again, max first.
+// P >= 0) is (fa::weights_fit, common/softmax_math.h): then lazy rescaling (above) would not have
+// moved the max either. False for an overflowing (inf) or NaN sum too: the caller then does the
+// block again, max first.
 template <typename Cfg>
 __device__ __forceinline__ bool speculative_scores(float (&s_acc)[Cfg::kKeyTiles][4], const RowState& state,
                                                    float scale_log2, float (&block_sum)[kRowsPerThread]) {
-  constexpr float kLargestWeight = 256.0f;  // 2^kLazyRescaleLog2
-  static_assert(kLazyRescaleLog2 == 8.0f, "kLargestWeight is 2^kLazyRescaleLog2");
   bool fits = true;
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
@@ -311,7 +310,7 @@ __device__ __forceinline__ bool speculative_scores(float (&s_acc)[Cfg::kKeyTiles
       sum += s_acc[n][2 * r] + s_acc[n][2 * r + 1];
     }
     block_sum[r] = sum;
-    fits = fits && sum <= kLargestWeight;  // NaN and inf compare false
+    fits = fits && weights_fit(sum);
   }
   return fits;
 }
