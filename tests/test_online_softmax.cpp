@@ -176,6 +176,35 @@ int64_t argmax_key(const Inputs& in, int64_t s) {
   return best;
 }
 
+// The lazy forms over random and planted-maximum rows and every block width: each row equals the
+// fp64 softmax within 2e-6 and no weight it used exceeds 2^kLazyRescaleLog2 (the bound the kernel's
+// 16-bit P relies on). Returns what the form did, summed over the rows.
+LazyStats check_lazy_form(SoftmaxForm form) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+  LazyStats total;
+  for (float qk_std : {1.0f, 6.0f}) {
+    for (int64_t planted : {int64_t{-1}, int64_t{0}, kSeqKv - 1}) {
+      const Inputs in = make_inputs(11, qk_std, planted);
+      for (int64_t block_kv : {8, 16, 32, 64, 128}) {
+        for (int64_t s = 0; s < kSeqQ; ++s) {
+          INFO("std " << qk_std << ", planted " << planted << ", Bc " << block_kv << ", row " << s);
+          std::vector<double> reference(kDim);
+          fa::reference_row_fp64(in.q, in.k, in.v, 0, 0, s, scale, reference.data());
+          LazyStats stats;
+          const std::vector<double> got = online_softmax_row(in.q, in.k, in.v, s, scale, block_kv, form, &stats);
+          CHECK(max_rel_diff(got, reference) < 2e-6);
+          CHECK(stats.max_weight <= 256.0);
+          total.taken += stats.taken;
+          total.skipped += stats.skipped;
+          total.kept += stats.kept;
+          total.redone += stats.redone;
+        }
+      }
+    }
+  }
+  return total;
+}
+
 }  // namespace
 
 TEST_CASE("online softmax over K/V blocks equals plain softmax", "[softmax]") {
@@ -217,27 +246,7 @@ TEST_CASE("online softmax over K/V blocks equals plain softmax", "[softmax]") {
 // the test to mean something: large logits make the max jump by more than the threshold (taken),
 // random ones let most blocks stay under it (skipped).
 TEST_CASE("lazy rescaling (stage 30) equals plain softmax, its weights at most 2^8", "[softmax]") {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(kDim));
-  LazyStats total;
-  for (float qk_std : {1.0f, 6.0f}) {
-    for (int64_t planted : {int64_t{-1}, int64_t{0}, kSeqKv - 1}) {
-      const Inputs in = make_inputs(11, qk_std, planted);
-      for (int64_t block_kv : {8, 16, 32, 64, 128}) {
-        for (int64_t s = 0; s < kSeqQ; ++s) {
-          INFO("std " << qk_std << ", planted " << planted << ", Bc " << block_kv << ", row " << s);
-          std::vector<double> reference(kDim);
-          fa::reference_row_fp64(in.q, in.k, in.v, 0, 0, s, scale, reference.data());
-          LazyStats stats;
-          const std::vector<double> lazy =
-              online_softmax_row(in.q, in.k, in.v, s, scale, block_kv, SoftmaxForm::kLazyRescale, &stats);
-          CHECK(max_rel_diff(lazy, reference) < 2e-6);
-          CHECK(stats.max_weight <= 256.0);  // 2^kLazyRescaleLog2: the bound the kernel's 16-bit P relies on
-          total.taken += stats.taken;
-          total.skipped += stats.skipped;
-        }
-      }
-    }
-  }
+  const LazyStats total = check_lazy_form(SoftmaxForm::kLazyRescale);
   INFO("rescales after the first block: " << total.taken << " taken, " << total.skipped << " skipped");
   CHECK(total.taken > 0);
   CHECK(total.skipped > 0);
@@ -257,27 +266,7 @@ TEST_CASE("lazy rescaling (stage 30) equals plain softmax, its weights at most 2
 // otherwise the block is done again as stage 30 does it. Both paths must run: a late planted key
 // (or large logits) overflows the bound, random ones stay under it.
 TEST_CASE("speculative exponentials (stage 40) equal plain softmax, kept weights at most 2^8", "[softmax]") {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(kDim));
-  LazyStats total;
-  for (float qk_std : {1.0f, 6.0f}) {
-    for (int64_t planted : {int64_t{-1}, int64_t{0}, kSeqKv - 1}) {
-      const Inputs in = make_inputs(11, qk_std, planted);
-      for (int64_t block_kv : {8, 16, 32, 64, 128}) {
-        for (int64_t s = 0; s < kSeqQ; ++s) {
-          INFO("std " << qk_std << ", planted " << planted << ", Bc " << block_kv << ", row " << s);
-          std::vector<double> reference(kDim);
-          fa::reference_row_fp64(in.q, in.k, in.v, 0, 0, s, scale, reference.data());
-          LazyStats stats;
-          const std::vector<double> speculative =
-              online_softmax_row(in.q, in.k, in.v, s, scale, block_kv, SoftmaxForm::kSpeculativeMax, &stats);
-          CHECK(max_rel_diff(speculative, reference) < 2e-6);
-          CHECK(stats.max_weight <= 256.0);
-          total.kept += stats.kept;
-          total.redone += stats.redone;
-        }
-      }
-    }
-  }
+  const LazyStats total = check_lazy_form(SoftmaxForm::kSpeculativeMax);
   INFO("blocks after the first: " << total.kept << " kept, " << total.redone << " done again");
   CHECK(total.kept > 0);
   CHECK(total.redone > 0);
