@@ -5,8 +5,10 @@
 //      batch x heads far beyond 65535 (the kernels put every block in gridDim.x). Each huge problem
 //      is built once and every stage runs on it.
 //   2. Numerics: scores reaching +/-1e4, every score of a row near +1e4 or -1e4, all scores of a
-//      row equal, the row maximum planted in the first, middle and last K/V block, and NaN / Inf
-//      inputs that must reach exactly the output elements the fp64 reference says they reach.
+//      row equal, the row maximum planted in the first, middle and last K/V block, the row maximum
+//      rising in every K/V block (with each stage's general features on, masked blocks included),
+//      and NaN / Inf inputs that must reach exactly the output elements the fp64 reference says
+//      they reach.
 //   3. Determinism: bit-identical outputs across launches and across problems with the same seed.
 //   4. Invalid inputs: every way of breaking the launcher contract returns an error that names the
 //      problem, and the (poisoned) output buffer is left untouched, with real device buffers.
@@ -945,6 +947,46 @@ TEST_CASE(
     }
   }
   if (tested == 0) fa_test::skip("no stage under test declares causal, gqa, lse or alibi");
+}
+
+TEST_CASE("general-attention features all on: the row maximum rising in every K/V block, masked ones too",
+          "[gpu][hardening][numerics]") {
+  // The planted-maximum case above rescales in unmasked blocks only (its lengths are tile
+  // multiples, without causal). Here every stage that declares any length runs with the features it
+  // declares (causal, GQA, the LSE, ALiBi) on lengths that are not tile multiples, and the scores
+  // ramp up with the key: k[j][0] = R j / seq_kv, q[0] = +R, so each row's maximum grows by about
+  // 60 x 64 / 333 = 11.5 (natural log) from one 64-key block to the next (23 per 128-key block),
+  // beyond 2^8 in the weights. Every K/V block then moves the running maximum -- the causal diagonal
+  // block and the partial last block as well, which take the masked step: in stages 30-41 the
+  // rescale there, in 40 and 41 the block done again with its mask (stage 41: on the warp alone).
+  int tested = 0;
+  for (const StageInfo* stage : runnable_stages()) {
+    if ((stage->features & fa::kFeatureAnyLength) == 0) continue;
+    ++tested;
+    for (DType dtype : kDTypes) {
+      for (int head_dim : kHeadDims) {
+        const ProblemConfig config =
+            with_declared_features(*stage, shape(2, 4, 300, 333, dtype, head_dim, 116));
+        Problem problem(config);
+        HostTensor q = problem.host_q(), k = problem.host_k();
+        const float ramp = static_cast<float>(std::sqrt(60.0 * std::sqrt(static_cast<double>(head_dim))));
+        for (int64_t b = 0; b < k.layout.batch; ++b)
+          for (int64_t h = 0; h < k.layout.heads; ++h)
+            for (int64_t j = 0; j < k.layout.seq; ++j)
+              k.set(b, j, h, 0, ramp * static_cast<float>(j) / static_cast<float>(k.layout.seq));
+        for (int64_t b = 0; b < q.layout.batch; ++b)
+          for (int64_t h = 0; h < q.layout.heads; ++h)
+            for (int64_t s = 0; s < q.layout.seq; ++s) q.set(b, s, h, 0, ramp);
+        problem.set_inputs(q, k, problem.host_v());
+        const fa::RunResult run = fa::run_and_check(*stage, problem);
+        INFO("stage " << stage->name << " | " << describe(config) << (config.causal ? ", causal" : "")
+                      << ", kv_heads " << problem.kv_heads() << " | " << describe(run)
+                      << " | lse: " << run.lse_check.summary());
+        CHECK(run.passed());
+      }
+    }
+  }
+  if (tested == 0) fa_test::skip("no stage under test declares any_length");
 }
 
 // ================================================================================================
