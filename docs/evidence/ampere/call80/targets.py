@@ -70,10 +70,13 @@ def main(path):
     for dt, hd in cells:
         out = []
         for s in SEQS:
-            best = max((rows[(h, "headline", dt, hd, s)] for h in hopper if (h, "headline", dt, hd, s) in rows),
-                       key=lambda r: float(r["tflops"]))
+            found = [rows[(h, "headline", dt, hd, s)] for h in hopper if (h, "headline", dt, hd, s) in rows]
+            if not found:  # a part CSV holds one dtype only
+                continue
+            best = max(found, key=lambda r: float(r["tflops"]))
             out.append(f"S={s} {best['impl'][:2]} {float(best['pct_of_cudnn']):.1f}% {float(best['tflops']):.0f}")
-        print(f"  {dt} d{hd:<3d} " + "; ".join(out))
+        if out:
+            print(f"  {dt} d{hd:<3d} " + "; ".join(out))
 
 
 if __name__ == "__main__":
