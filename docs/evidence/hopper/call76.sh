@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED=1
 T0=$(date +%s); t() { echo "$(( $(date +%s) - T0 ))s"; }
 OUT=${OUT:-/tmp/out76}; mkdir -p $OUT
 LOG=$OUT/call76.txt
-STAGES="30_lazy_rescale 34_tma_store"
+STAGES=${STAGES:-"30_lazy_rescale 34_tma_store"}  # the twenty-third session: STAGES="30_lazy_rescale 41_warp_redo"
 echo "git $REV" | tee -a $LOG
 for s in $STAGES; do sha256sum stages/$s/kernel.cu; done | tee -a $LOG
 W=${W:-/tmp/trim76}; rm -rf $W; mkdir -p $W/stages
@@ -31,7 +31,7 @@ grep -m5 -E "error|FAILED" /tmp/build76.log | tee -a $LOG
 [ -n "$MAKE_ONLY" ] && exit 0
 for dt in fp16 bf16; do
   FA_GIT_REV=$REV timeout 200 python3 $W/tools/interleaved.py --lib $W/build/libfa_capi.so --dtype $dt \
-    --head-dim 128 --seqs 1024,4096 --stages 30,34 --readings --warmup 10 --reps 30 \
+    --head-dim 128 --seqs 1024,4096 --stages $(echo $STAGES | tr ' ' '\n' | cut -c1-2 | paste -sd,) --readings --warmup 10 --reps 30 \
     --csv $OUT/interleaved_readings_$dt.csv > $OUT/rounds_$dt.txt 2>&1
   echo "rounds $dt rc=$? $(t)" | tee -a $LOG
 done
