@@ -7,7 +7,8 @@
 # (1) a build of stages 16, 32, 33, 36, 37 and 38 (sm_90, no tests); (2) shuffled rounds without
 #     causal, one process per dtype (fp16 first, so that a cut-off call still returns it), head_dim
 #     64 and 128, S = 1024..8192, 20 rounds after 5 warm-up, every result checked against fp64
-#     first; 37 and 38 also with ALiBi's slopes in the same rounds.
+#     first; 37 and 38 also with ALiBi's slopes in the same rounds. REPS=<n> times n rounds instead
+#     of 20 (call 92: REPS=60).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 [ -n "$MAKE_ONLY" ] || : "${REV:?set REV to the commit under test, from this machine}"
@@ -27,9 +28,9 @@ echo "build rc=$? $(t)" | tee -a $LOG
 grep -m5 -E "error|FAILED" /tmp/build75.log | tee -a $LOG
 [ -n "$MAKE_ONLY" ] && exit 0
 for dt in fp16 bf16; do
-  FA_GIT_REV=$REV timeout 100 python3 $W/tools/interleaved.py --lib $W/build/libfa_capi.so --dtype $dt \
+  FA_GIT_REV=$REV timeout $(( 100 * ${REPS:-20} / 20 )) python3 $W/tools/interleaved.py --lib $W/build/libfa_capi.so --dtype $dt \
     --head-dim 64,128 --seqs 1024,2048,4096,8192 --stages 16,32,33,36,37,38 --alibi-stages 37,38 \
-    --references "" --warmup 5 --reps 20 --csv $OUT/interleaved_$dt.csv > $OUT/rounds_$dt.txt 2>&1
+    --references "" --warmup 5 --reps ${REPS:-20} --csv $OUT/interleaved_$dt.csv > $OUT/rounds_$dt.txt 2>&1
   echo "rounds $dt rc=$? $(t)" | tee -a $LOG
 done
 python3 - $OUT/interleaved_fp16.csv $OUT/interleaved_bf16.csv <<'PY' | tee -a $LOG
