@@ -6,8 +6,10 @@
                          README copy; --check passes on what it wrote and fails on an edited cell
                          or sentence
   the stage pages        each sm_90a page's % of wgmma peak is its TFLOP/s over the committed
-                         ceiling (plots/results/ceilings_latest.csv) of the same dtype, no other
-                         page has it, and gen_docs.py --check sees a changed ceilings CSV
+                         ceiling (plots/results/ceilings_latest.csv) of the same dtype (a page
+                         whose results are of another GPU than the ceilings has no such column
+                         and says why), no other page has it, and gen_docs.py --check sees a
+                         changed ceilings CSV
   tools/results_tables   the generated sentences say faster/slower/within where the numbers do;
                          sm_90a stages get % of cuDNN; an old CSV (fewer columns), a newer one
                          (causal, kv_heads, unknown columns), a stage the tree no longer has and
@@ -245,6 +247,20 @@ def test_committed_wgmma_peak(tmp):
             check("has no rows for `%s`" % stage.name in section and "wgmma peak" not in section,
                   "%s: not in %s, and its page's results say so (no %% of wgmma peak)"
                   % (stage.name, os.path.relpath(csv_path, REPO)))
+            continue
+        with open(csv_path, newline="") as f:
+            results_gpu = next((line.split("=", 1)[1].strip() for line in f
+                                if line.startswith("# gpu=")), None)
+        if results_gpu != ceiling_meta.get("gpu"):
+            # Results from another card than the ceilings': no column, and the sentence says why
+            # (gen_docs.py's Ceilings.why_not), rather than a % of a peak the card did not have.
+            why = "No %% of wgmma peak column: the ceilings in `plots/results/ceilings_latest.csv` were " \
+                  "measured on %s, these results on %s" % (ceiling_meta.get("gpu") or "an unrecorded GPU",
+                                                          results_gpu or "an unrecorded GPU")
+            hopper.append(stage.name)
+            check("wgmma peak |" not in section and why in section,
+                  "%s: %s is of %s, the ceilings of %s: no %% of wgmma peak column, and the page says why"
+                  % (stage.name, os.path.relpath(csv_path, REPO), results_gpu, ceiling_meta.get("gpu")))
             continue
         compared, wrong, dtypes = 0, [], set()
         for title, table in re.findall(r"^\*\*(.*?)\*\*\n\n((?:\|.*\n?)+)", section, re.M):
