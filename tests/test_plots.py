@@ -220,6 +220,7 @@ def test_committed_wgmma_peak(tmp):
     missing ceilings CSV makes `gen_docs.py --check` report the Hopper pages (and only those) stale."""
     sys.path.insert(0, TOOLS)
     import ceilings_doc
+    import results_csv
     import stages
     ceilings_csv = os.path.join(REPO, "plots", "results", "ceilings_latest.csv")
     if not os.path.exists(ceilings_csv):
@@ -240,17 +241,14 @@ def test_committed_wgmma_peak(tmp):
             continue
         pinned = re.search(r"<!-- results-csv: (\S+) -->", text)
         csv_path = os.path.join(REPO, pinned.group(1) if pinned else os.path.join("plots", "results", "latest.csv"))
-        with open(csv_path, newline="") as f:
-            results = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))
-                       if r["impl"] == stage.name and r.get("series", "headline") == "headline"]
+        results_meta, rows = results_csv.read_results_csv(csv_path)
+        results = [r for r in rows if r["impl"] == stage.name and r["series"] == "headline"]
         if not results:  # a stage newer than the CSV: its page says so, and has no % of peak to check
             check("has no rows for `%s`" % stage.name in section and "wgmma peak" not in section,
                   "%s: not in %s, and its page's results say so (no %% of wgmma peak)"
                   % (stage.name, os.path.relpath(csv_path, REPO)))
             continue
-        with open(csv_path, newline="") as f:
-            results_gpu = next((line.split("=", 1)[1].strip() for line in f
-                                if line.startswith("# gpu=")), None)
+        results_gpu = results_meta.get("gpu")
         if results_gpu != ceiling_meta.get("gpu"):
             # Results from another card than the ceilings': no column, and the sentence says why
             # (gen_docs.py's Ceilings.why_not), rather than a % of a peak the card did not have.

@@ -11,26 +11,21 @@ and left out of the summary line, which is then the cards' difference on the sam
 for call 93 (the twenty-fifth session): the H100's full run (git 55a7412) against the H200's of
 2026-12-04 (git 2d3322f); between them e97ff4c made causal a compile-time switch in stages 13-16,
 32-33 and 36-38."""
-import csv
 import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "tools"))
+from results_csv import read_results_csv  # noqa: E402
+
 
 def load(path):
-    rows = {}
-    for r in csv.DictReader(l for l in open(path) if not l.startswith("#")):
-        if (r["causal"] == "0" and r["alibi"] in ("0", "") and r["kv_heads"] == r["heads"]
-                and r["seq_q"] == r["seq_kv"] and r["seq_q"] in ("1024", "2048", "4096", "8192")
-                and r["status"] == "PASS"):
-            rows[(r["impl"], r["dtype"], r["head_dim"], r["seq_q"])] = float(r["min_ms"])
-    return rows
-
-
-def rev(path):
-    for l in open(path):
-        if l.startswith("# git="):
-            return l.split("=", 1)[1].strip()
+    """(git revision, {(impl, dtype, head_dim, S): minimum ms}) of the headline rows that passed."""
+    meta, rows = read_results_csv(path)
+    times = {(r["impl"], r["dtype"], r["head_dim"], r["seq_q"]): float(r["min_ms"]) for r in rows
+             if r["series"] == "headline" and r["seq_q"] == r["seq_kv"]
+             and r["seq_q"] in ("1024", "2048", "4096", "8192") and r["status"] == "PASS"}
+    return meta.get("git"), times
 
 
 def changed(impl, a, b):
@@ -40,8 +35,7 @@ def changed(impl, a, b):
     return subprocess.run(["git", "diff", "--quiet", a, b, "--", d]).returncode != 0
 
 
-old, new = load(sys.argv[1]), load(sys.argv[2])
-ra, rb = rev(sys.argv[1]), rev(sys.argv[2])
+(ra, old), (rb, new) = load(sys.argv[1]), load(sys.argv[2])
 impls = sorted({k[0] for k in old} & {k[0] for k in new})
 print("time on %s / time on %s - 1, %%, by minimum, headline cells (git %s / %s)"
       % (sys.argv[2], sys.argv[1], rb, ra))
