@@ -117,7 +117,7 @@ constexpr unsigned feature_bit(const char* name) {
 struct StageInfo {
   // Declared in stages/<name>/stage.json; CMake writes them into the stage's generated
   // stage_declaration.h as FA_STAGE_DECLARATION, the first thing in the stage's StageInfo.
-  const char* name;            // folder name, e.g. "01_base"
+  const char* name;            // folder name, e.g. "ampere_01_base"
   const char* parent;          // the stage its diff and page compare against; "" for a first stage
   const char* idea;            // the one optimization this stage adds, in a few words
   const char* target;          // "sm_80" (mma.sync, cp.async: sm_80 and newer) or "sm_90a"

@@ -1,6 +1,6 @@
-// The list of stages that a program was linked with. The list itself is the FA_STAGES variable in
-// CMakeLists.txt (adding a stage is one line there); CMake generates the definition of
-// registered_stages() for each program, so a single-stage runner links only its own kernel.
+// The list of stages that a program was linked with. The list itself is FA_STAGES in CMakeLists.txt,
+// read from the folders stages/<track>/NN_name/ (adding a stage is adding its folder); CMake generates
+// the definition of registered_stages() for each program, so a single-stage runner links only its own kernel.
 #pragma once
 
 #include <string>
@@ -12,7 +12,7 @@ namespace fa {
 
 const std::vector<const StageInfo*>& registered_stages();
 
-// nullptr if no stage of that name (or "NN" number prefix, e.g. "04") was linked in.
-const StageInfo* find_stage(const std::string& name_or_number);
+// nullptr if no stage of that id (ampere_04_swizzle) or track and number (ampere_04) was linked in.
+const StageInfo* find_stage(const std::string& id_or_track_number);
 
 }  // namespace fa

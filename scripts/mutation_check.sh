@@ -8,7 +8,7 @@
 #
 # For the unmutated source first (the baseline, which must pass: otherwise every mutant would be
 # "caught" trivially) and then for every mutant, through the same steps:
-#   1. copy common/ and stages/<stage>/ to a scratch folder and apply the patch there, exactly
+#   1. copy common/ and stages/<track>/NN_name/ to a scratch folder and apply the patch there, exactly
 #      (patch --fuzz=0, or git apply where there is no patch; a hunk whose text is not found makes
 #      the mutant NOT-APPLIED, never caught);
 #   2. compile the stage's kernel.cu from the copy with the exact command ninja uses for it in the
@@ -34,7 +34,7 @@
 #   --build-dir DIR    a build directory configured with -G Ninja and the tests on     [build]
 #                      (-DCMAKE_CUDA_ARCHITECTURES=90 keeps every compile to one arch);
 #                      the programs the checks need are built there first (incremental)
-#   --stage NAME       the stage the mutants are written for                    [10_lane_addresses]
+#   --stage NAME       the stage the mutants are written for                    [ampere_10_lane_addresses]
 #   --mutants DIR      the folder of *.patch files                                  [tests/mutants]
 #   --only A,B         only these mutants (file names without .patch)
 #   --checks LIST      comma list of stages, hardening, racecheck, any_length, causal, gqa, lse,
@@ -72,7 +72,7 @@ usage() {
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P) || exit 2
 build_dir=build
-stage=10_lane_addresses
+stage=ampere_10_lane_addresses
 mutants_dir=""
 only=""
 checks_arg=stages,hardening,racecheck
@@ -128,7 +128,8 @@ mutants_dir=$(cd "$mutants_dir" && pwd -P)
 [[ -n $log_dir ]] || log_dir=$build_dir/mutation_check
 mkdir -p "$log_dir" || die 2 "cannot create the log folder $log_dir"
 log_dir=$(cd "$log_dir" && pwd -P)
-[[ -f $src/stages/$stage/kernel.cu ]] || die 2 "no stage $stage (stages/$stage/kernel.cu)"
+stage_dir=stages/${stage%%_*}/${stage#*_}  # the id ampere_10_lane_addresses is stages/ampere/10_lane_addresses
+[[ -f $src/$stage_dir/kernel.cu ]] || die 2 "no stage $stage ($stage_dir/kernel.cu)"
 command -v timeout >/dev/null || die 2 "needs GNU timeout (coreutils)"
 if command -v patch >/dev/null; then
   patch_tool="patch"
@@ -186,7 +187,7 @@ cmake --build "$build_dir" --target "${targets[@]}" --parallel "$jobs" >"$log_di
 $(tail -n 15 "$log_dir/build.log")"
 
 commands_of() { "$ninja_program" -C "$build_dir" -t commands "$1"; }
-stage_source=$src/stages/$stage/kernel.cu
+stage_source=$src/$stage_dir/kernel.cu
 stage_commands=$(commands_of "stage_$stage") || die 2 "ninja knows no target stage_$stage"
 compile_cmd=$(grep -F -- " -c $stage_source " <<<"$stage_commands")
 [[ -n $compile_cmd && $(wc -l <<<"$compile_cmd") -eq 1 ]] ||
@@ -236,8 +237,8 @@ build_mutant() {
   local name=$1
   local dir=$work_dir/$name
   local copy=$dir/src log=$log_dir/$name.log
-  mkdir -p "$copy/stages" "$dir/bin"
-  if ! cp -R "$src/common" "$copy/common" || ! cp -R "$src/stages/$stage" "$copy/stages/$stage"; then
+  mkdir -p "$copy/$(dirname "$stage_dir")" "$dir/bin"
+  if ! cp -R "$src/common" "$copy/common" || ! cp -R "$src/$stage_dir" "$copy/$stage_dir"; then
     echo "NOT-BUILT copying the sources failed" >"$dir/status"
     return
   fi
@@ -253,8 +254,8 @@ build_mutant() {
     mapfile -t patched_files < <(sed -n 's|^+++ b/\([^[:space:]]*\).*|\1|p' "$patch_file")
     local file
     for file in "${patched_files[@]}"; do
-      if [[ $file != common/* && $file != "stages/$stage/"* ]]; then
-        echo "NOT-APPLIED it edits $file; only common/ and stages/$stage/ are rebuilt" >"$dir/status"
+      if [[ $file != common/* && $file != "$stage_dir/"* ]]; then
+        echo "NOT-APPLIED it edits $file; only common/ and $stage_dir/ are rebuilt" >"$dir/status"
         return
       fi
     done
@@ -293,8 +294,8 @@ build_mutant() {
   local cmd=" $compile_cmd "
   {
     rewrite cmd " -I$src " " -I$copy " &&
-      rewrite cmd " -I$src/stages/$stage " " -I$copy/stages/$stage " &&
-      rewrite cmd " $stage_source " " $copy/stages/$stage/kernel.cu " &&
+      rewrite cmd " -I$src/$stage_dir " " -I$copy/$stage_dir " &&
+      rewrite cmd " $stage_source " " $copy/$stage_dir/kernel.cu " &&
       rewrite cmd " $object" " $object_copy" # also -MT and -MF's $object.d
   } 2>>"$log" || {
     echo "NOT-BUILT the compile command has an unexpected form (see $log)" >"$dir/status"
@@ -309,8 +310,8 @@ build_mutant() {
   # originals of the copied folders not.
   local depfile=$object_copy.d
   local stale
-  stale=$(grep -oF -e "$src/common/" -e "$src/stages/$stage/" "$depfile" 2>/dev/null | head -n 1)
-  for file in "stages/$stage/kernel.cu" "${patched_files[@]}"; do
+  stale=$(grep -oF -e "$src/common/" -e "$src/$stage_dir/" "$depfile" 2>/dev/null | head -n 1)
+  for file in "$stage_dir/kernel.cu" "${patched_files[@]}"; do
     if ! grep -qF -- "$copy/$file" "$depfile" 2>/dev/null; then
       echo "NOT-BUILT the compile did not read the copy's $file (no $copy/$file in $depfile)" >"$dir/status"
       return
@@ -461,7 +462,7 @@ run_parallel() {
 
 # ---- the run ------------------------------------------------------------------------------------------------
 start_all=$SECONDS
-say "applying and building the baseline and every mutant in $work_dir (compile: ninja's command for stages/$stage/kernel.cu)"
+say "applying and building the baseline and every mutant in $work_dir (compile: ninja's command for $stage_dir/kernel.cu)"
 run_parallel build_mutant "$baseline" "${mutants[@]}"
 status_of() { cat "$work_dir/$1/status" 2>/dev/null || echo "NOT-BUILT no status (the build step died)"; }
 [[ $(status_of "$baseline") == built ]] ||

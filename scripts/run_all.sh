@@ -14,10 +14,10 @@
 # implementation of a shape once per round (--timing separate: each result in a series of its own,
 # the protocol of the CSVs before rounds). Progress: one line per check and per time as it
 # finishes, with the time so far and an estimate of the time left.
-# Some options (all listed below): --quick (smoke run; README and docs/ left alone), --stages 07,08,
+# Some options (all listed below): --quick (smoke run; README and docs/ left alone), --stages ampere_07,ampere_08,
 # --dtypes fp16 --head-dims 128, --series headline, --dry-run (print the commands, run nothing).
 #
-# Where one command may run only so long (10 minutes on the project's H200), run the job in parts
+# Where one command may run only so long (a shared GPU machine with a time limit per command), run the job in parts
 # and merge them (docs/benchmarking.md, "Run length"):
 #   bash scripts/run_all.sh --part --dtypes fp16     # build, then fp16 with its own FA2/cuDNN rows
 #   bash scripts/run_all.sh --part --dtypes bf16     # bf16 likewise

@@ -19,12 +19,12 @@
 #   gqa:        --layout mixed --batch 2 --heads 4 --kv-heads 1 --seq 200 --seq-kv 333 --causal
 #   lse:        --layout contiguous --batch 2 --heads 4 --kv-heads 2 --seq 333 --seq-kv 200 --causal --lse
 #   alibi:      --layout mixed --batch 2 --heads 4 --kv-heads 2 --seq 333 --seq-kv 400 --lse --alibi
-#               (K/V blocks left of, across and right of the diagonal: stage 36's three kinds of step)
+#               (K/V blocks left of, across and right of the diagonal: ampere_18_alibi_mma's three kinds of step)
 #
 # Usage:
 #   scripts/sanitize.sh                          every tool; builds fa_run first (incremental)
 #   scripts/sanitize.sh --tool racecheck         one tool (repeat it, or give a comma list)
-#   scripts/sanitize.sh --stage 04,08            some stages (fa_run's --stage syntax)
+#   scripts/sanitize.sh --stage ampere_04,hopper_17_warp_redo   some stages (fa_run's --stage syntax)
 #   scripts/sanitize.sh --fa-run build/fa_run    use this runner as it is, build nothing
 #   scripts/sanitize.sh --log-dir DIR            full logs there (default: <build dir>/sanitizer)
 #
@@ -170,7 +170,7 @@ declare -A shape_args=(
 )
 declare -A stages_of_shape=([contiguous]=$stages [mixed]=$stages)
 
-# The selected stages (--stage: names or numbers, or all) that declare every feature named, comma-
+# The selected stages (--stage: ids, track_NN, or all) that declare every feature named, comma-
 # separated; each stage is one line of fa_run --list --json.
 stages_declaring() {
   local line name number feature picked=""
@@ -179,7 +179,7 @@ stages_declaring() {
       [[ $line == *"\"$feature\""* ]] || continue 2
     done
     name=$(sed -nE 's/.*"name": "([^"]+)".*/\1/p' <<<"$line")
-    number=${name%%_*}
+    number=${name%_"${name#*_*_}"}  # hopper_05_persistent -> hopper_05
     if [[ $stages == all || ",$stages," == *",$name,"* || ",$stages," == *",$number,"* ]]; then
       picked+=${picked:+,}$name
     fi

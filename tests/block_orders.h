@@ -18,7 +18,7 @@ using GroupHeadsFn = int64_t (*)(bool causal, int64_t batch_heads, int64_t seq_k
                                  int64_t l2_bytes);
 
 struct StageBlockOrder {
-  const char* stage;  // folder name, e.g. "33_lpt_order"
+  const char* stage;  // folder name, e.g. "ampere_17_lpt_order"
   BlockCoordinatesFn block_coordinates;
   GroupHeadsFn group_heads;
   int64_t l2_share_divisor;  // the stage's kL2ShareDivisor

@@ -2,8 +2,8 @@
 """Structural SASS test: every stage's machine code shows the signature its stage.json declares.
 
     check_sass.py --build-dir build                      every stage, libraries build/libstage_NAME.a
-    check_sass.py --stage 01_base=build/libstage_01_base.a --stage ...     (how CTest runs it)
-    check_sass.py --build-dir build --only 07_fast_softmax                  one stage (and its parent)
+    check_sass.py --stage ampere_01_base=build/libstage_01_base.a --stage ...     (how CTest runs it)
+    check_sass.py --build-dir build --only ampere_07_fast_softmax                  one stage (and its parent)
     check_sass.py --check-tools       exit 0 if cuobjdump and nvdisasm are found, else 1
 
 What is checked comes from stages/NN_name/stage.json alone (no stage numbers, nothing read from a
@@ -170,7 +170,7 @@ class Declaration:
 
 
 def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
-    where = "stages/%s/stage.json" % stage.name
+    where = "%s/stage.json" % stage.path
     extra = set(stage.sass) - {"require", "forbid", "versus_parent", "kernel_flags"}
     if extra:
         raise DeclarationError("%s: unknown keys in \"sass\": %s" % (where, ", ".join(sorted(extra))))
@@ -194,8 +194,8 @@ def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
     if entries and not stage.parent:
         raise DeclarationError("%s: versus_parent checks, but no parent" % where)
     if stage.parent and stage.parent not in known:
-        raise DeclarationError("%s: parent %r has no stages/%s/stage.json" % (where, stage.parent, stage.parent))
-    parent_flags = stages.load(stage.parent, stage.folder.parent).sass.get("kernel_flags", []) if stage.parent else []
+        raise DeclarationError("%s: parent %r is not a stage (no stages/<track>/NN_name/stage.json)" % (where, stage.parent))
+    parent_flags = stages.load_id(stage.parent, stage.stages_dir).sass.get("kernel_flags", []) if stage.parent else []
     if parent_flags and flag_names[:len(parent_flags)] != parent_flags:
         raise DeclarationError("%s: sass.kernel_flags %s must start with the parent's %s (its kernels are compared "
                                "with the parent's of the same first flags)" % (where, flag_names, parent_flags))
@@ -300,7 +300,7 @@ def check_stage(decl: Declaration, kernels: list[sass.Kernel], parent_kernels: l
 
 def compare_with_parent(decl: Declaration, kernel: sass.Kernel, parent_kernels: list[sass.Kernel] | None,
                         report: Report, not_evaluated: list[str]) -> list[str]:
-    stage, parent = decl.stage, stages.load(decl.stage.parent, decl.stage.folder.parent)
+    stage, parent = decl.stage, stages.load_id(decl.stage.parent, decl.stage.stages_dir)
     where = "%s %s %s" % (stage.name, kernel.arch, kernel.label)
     if parent_kernels is None:
         report.expect(False, where)

@@ -19,7 +19,7 @@ using TileChoiceFn = bool (*)(const fa::AttentionParams& p, int block_kv, int sm
 using KVChoiceFn = bool (*)(int64_t seq_kv, bool causal);
 
 struct StageSchedule {
-  const char* stage;  // folder name, e.g. "25_balanced_pairs"
+  const char* stage;  // folder name, e.g. "hopper_10_balanced_pairs"
   TileCoordinatesFn tile_coordinates;
   TileChoiceFn three_warpgroups_faster;  // nullptr where the stage's schedule.h has no tile choice
   KVChoiceFn wide_kv_pays;               // nullptr where it has no K/V block choice

@@ -12,7 +12,7 @@ namespace smem_layouts {
 using TileOffsetFn = int (*)(int row, int col, int row_elems);
 
 struct StageLayout {
-  const char* stage;  // folder name, e.g. "04_swizzle"
+  const char* stage;  // folder name, e.g. "ampere_04_swizzle"
   TileOffsetFn tile_offset;
   int ldmatrix_conflict_ways;  // the layout's declared kLdmatrixConflictWays (1 or 8)
   // The layout's kTileInBoxes: true where the tile is TMA boxes of 64 rows x 64 columns, each a

@@ -1,4 +1,4 @@
-// ALiBi's column term on the tensor cores (stages/36_alibi_mma/column_term.h), on the CPU: the
+// ALiBi's column term on the tensor cores (stages/ampere/18_alibi_mma/column_term.h), on the CPU: the
 // 16-bit parts of a * c add up to a * c, and the m16n8k8 product of the fragments that each lane
 // holds is sign * a * c at every (row, column) of the tile.
 //
@@ -7,7 +7,7 @@
 // mma_b_k(l, 0) and mma_b_k(l, 1) of column mma_b_n(l, 0); fragment_layout.h's m16n8k16 entries
 // 0-3 and 0-1, the first k-half), so a part in the wrong lane, half or register is caught here
 // rather than as a slightly wrong softmax on the GPU. Stage 38 builds the same B registers from a
-// shared-memory table through ldmatrix.x4 (stages/38_column_setup/column_term.h); the last case
+// shared-memory table through ldmatrix.x4 (stages/ampere/20_column_setup/column_term.h); the last case
 // reads that table as ldmatrix would and compares lane by lane.
 #include <cmath>
 #include <cstdint>
@@ -16,10 +16,10 @@
 #include "fa_catch.h"
 
 #define FA_STAGE_NAMESPACE stage36_column_term
-#include "stages/36_alibi_mma/column_term.h"
+#include "stages/ampere/18_alibi_mma/column_term.h"
 #undef FA_STAGE_NAMESPACE
 #define FA_STAGE_NAMESPACE stage38_column_term
-#include "stages/38_column_setup/column_term.h"
+#include "stages/ampere/20_column_setup/column_term.h"
 
 namespace {
 

@@ -123,8 +123,8 @@ check("checked_rounds: a stage failing at S = 1000 runs beside 1024 no more, sti
       == [([1024, 2048, 8192], ["01_a", "02_b", "03_c"], ["03_c"]), ([4096], ["01_a", "02_b", "03_c"], ["02_b", "03_c"])])
 
 # --- interleaved.py's names, tables and rows ------------------------------------------------------
-check("rounds_impl", [bench.rounds_impl(n, "causal") for n in ("16_alibi+alibi", "22_any@1000", "fa2@4000", "cudnn")]
-      == [("16_alibi", "alibi", None), ("22_any", "any_length", 1000), ("fa2", "any_length", 4000),
+check("rounds_impl", [bench.rounds_impl(n, "causal") for n in ("ampere_15_alibi+alibi", "22_any@1000", "fa2@4000", "cudnn")]
+      == [("ampere_15_alibi", "alibi", None), ("22_any", "any_length", 1000), ("fa2", "any_length", 4000),
           ("cudnn", "causal", None)])
 row_format = "%-26s %10s %10s %8s %6s/%-6s %6s/%-6s  %s"  # interleaved.py's table row
 lines = ["# gpu=FAKE; method=interleaved: 5 warm-up and 20 timed rounds", "",
@@ -250,7 +250,7 @@ class FakeTorch:
 
 class FakeLib:
     def stage_names(self):
-        return ["16_alibi", "22_any"]
+        return ["ampere_15_alibi", "22_any"]
 
     def params(self, q, k, v, o, causal=False, alibi=None):
         return q.shape[1], alibi is not None
@@ -268,7 +268,7 @@ def sdpa_kernel(backend):
 attention = types.ModuleType("torch.nn.attention")
 attention.sdpa_kernel = sdpa_kernel
 args, _, _ = plan()
-run = R("headline", "fp16", 128, [1024, 2048], ["16_alibi", "22_any"], ["16_alibi"], [1000, 0], ["22_any"], True)
+run = R("headline", "fp16", 128, [1024, 2048], ["ampere_15_alibi", "22_any"], ["ampere_15_alibi"], [1000, 0], ["22_any"], True)
 options = interleaved.parse_args(bench.interleaved_command(args, run, "x.csv")[2:])
 printed, timed_rows = io.StringIO(), []
 with mock.patch.dict(sys.modules, {"torch": types.ModuleType("torch"), "torch.nn": types.ModuleType("torch.nn"),
@@ -284,8 +284,8 @@ with mock.patch.dict(sys.modules, {"torch": types.ModuleType("torch"), "torch.nn
 names = [r["impl"] for r in timed_rows]
 check("interleaved.py with bench.py's options: the stages, their ALiBi variants, the references; at 1024 also "
       "the any-length stage and the references at 1000 (%r)" % names,
-      names == ["16_alibi", "16_alibi+alibi", "22_any", "fa2", "cudnn", "22_any@1000", "fa2@1000", "cudnn@1000",
-                "16_alibi", "16_alibi+alibi", "22_any", "fa2", "cudnn"])
+      names == ["ampere_15_alibi", "ampere_15_alibi+alibi", "22_any", "fa2", "cudnn", "22_any@1000", "fa2@1000", "cudnn@1000",
+                "ampere_15_alibi", "ampere_15_alibi+alibi", "22_any", "fa2", "cudnn"])
 odd = timed_rows[names.index("22_any@1000")]
 check("interleaved.py: a stage at the paired length against FA2 and cuDNN at that length, same rounds",
       (odd["seq_q"], odd["pct_of_fa2"], odd["pct_of_cudnn"]) == (1000, "200.00", "50.00"))
@@ -297,7 +297,7 @@ timed = bench.rounds_rows(args, run, timed_rows, "missing")
 check("bench.py maps every row interleaved.py writes to the result it planned",
       set(timed) == set(bench.rounds_results(run)) and all(r["status"] == "PASS" for r in timed.values()))
 check("interleaved.py says the ALiBi cost and the any-length ratio of the same rounds",
-      "16_alibi                   ALiBi costs +2.0% (medians)" in printed.getvalue()
+      "ampere_15_alibi                   ALiBi costs +2.0% (medians)" in printed.getvalue()
       and "22_any                     S = 1000 runs at 97.7% (medians)" in printed.getvalue())
 
 # --- a whole run with a fake fa_run and a fake interleaved.py ---------------------------------------

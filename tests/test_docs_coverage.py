@@ -13,7 +13,7 @@ For each one:
 
 And the other way round: a README table row or a docs/stages/*.md page naming a stage folder
 (NN_name) that has no stage.json is reported too, so a renamed or removed stage leaves nothing
-stale behind. A stage is "named" by its folder name, e.g. `07_fast_softmax`.
+stale behind. A stage is "named" by its folder name, e.g. `ampere_07_fast_softmax`.
 
 Exit 0 if all hold, 1 otherwise (each missing piece listed). Needs no build and no GPU; CTest label
 cpu;docs. Standard library only.

@@ -117,7 +117,7 @@ TEST_CASE("causal: keys above the diagonal would take their rows if they leaked"
 }
 
 // Many tiles per persistent block. The shapes above have few query tiles (at most 18), so on a GPU
-// of 100 SMs or more a persistent stage (23_causal: tiles in pairs, one pair per block per turn)
+// of 100 SMs or more a persistent stage (hopper_08_causal: tiles in pairs, one pair per block per turn)
 // gives each block one pair at most. Here batch 4 x 69 heads x 3 query tiles of 128 rows = 828
 // tiles, 414 pairs: each block takes several, the pairs straddle heads and batches (3 tiles per
 // head is odd), and with seq_q > seq_kv some tiles see no key and load no Q, so the Q barriers'

@@ -16,7 +16,7 @@
 // The GPU check of the same encodings is the wgmma microbenchmark's tile check
 // (tools/microbench/wgmma_peak.cu, run by scripts/microbench.sh: K-major, one panel) and, for the
 // panels, the MN-major descriptor and the register A operand, the fp64-checked attention of stage
-// 12_wgmma (tests/test_gpu_stages.cpp).
+// hopper_01_wgmma (tests/test_gpu_stages.cpp).
 #include <cstdint>
 #include <set>
 #include <utility>

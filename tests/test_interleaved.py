@@ -30,7 +30,7 @@ def check(what, ok):
         failures.append(what)
 
 
-names = ["16_alibi", "32_skip_padding", "fa2", "cudnn"]
+names = ["ampere_15_alibi", "ampere_16_skip_padding", "fa2", "cudnn"]
 warmup, reps = 3, 600
 plan = interleaved.launch_plan(names, warmup, reps, "rounds", seed=1)
 check("rounds: %d launches" % ((warmup + reps) * len(names)), len(plan) == (warmup + reps) * len(names))

@@ -100,7 +100,7 @@ TEST_CASE("schedule: the turn property catches the order of stages 23 and 24") {
 }
 
 TEST_CASE("schedule: at head_dim 64 the launcher takes the tile that stages 23 and 24 measured faster") {
-  // [16, S, 32, 64] on 132 SMs (the H200), fp16, the 44db310 run and call 18 (docs/stages/24_three_warpgroups.md):
+  // [16, S, 32, 64] on 132 SMs (the H200), fp16, the 44db310 run and call 18 (docs/stages/hopper/09_three_warpgroups.md):
   //   not causal: 128-row tiles (stage 23) faster at S = 1024, 192-row tiles (stage 24) at 2048, 4096, 8192;
   //   causal: 128-row tiles faster at S = 1024 and 2048, 192-row tiles at 8192 (S = 4096 even: not asserted).
   // And the GPT-2 call (batch 1, 9 tokens, 12 heads): one tile per SM, the 128-row tile is the cheaper step.

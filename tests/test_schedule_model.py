@@ -26,14 +26,14 @@ def busiest(order, block_q, seq, causal=True):
     return round(mean, 1), most
 
 
-# docs/stages/23_causal.md, "Why pairs": mean, round-robin's busiest, pairs' busiest.
+# docs/stages/hopper/08_causal.md, "Why pairs": mean, round-robin's busiest, pairs' busiest.
 for seq, mean, rr, pairs in ((1024, 139.6, 192, 144), (2048, 527.5, 636, 544), (4096, 2048.0, 2280, 2079),
                              (8192, 8067.9, 8592, 8125)):
     check("page 23, S=%d round_robin" % seq, busiest("round_robin", 128, seq), (mean, rr))
     check("page 23, S=%d longest_first" % seq, busiest("longest_first", 128, seq), (mean, rr))
     check("page 23, S=%d pairs" % seq, busiest("pairs", 128, seq), (mean, pairs))
 
-# docs/stages/24_three_warpgroups.md, the causal table: 192-row tiles under stage 23's pairs.
+# docs/stages/hopper/09_three_warpgroups.md, the causal table: 192-row tiles under stage 23's pairs.
 for seq, mean, most in ((1024, 124.1, 132), (2048, 391.8, 550), (4096, 1489.5, 1505), (8192, 5542.8, 5586)):
     check("page 24, S=%d pairs, Br 192" % seq, busiest("pairs", 192, seq), (mean, most))
 # The odd-count fix (branch next/hopper-25-27, stage 25): S = 2048 from 550 to 418.

@@ -1,4 +1,4 @@
-// Stage 41's block done again on one warp (stages/41_warp_redo/smem_layout.h), checked on the host:
+// Stage 41's block done again on one warp (stages/hopper/17_warp_redo/smem_layout.h), checked on the host:
 // the warp loads mma.sync fragments with ldmatrix.x4 straight from the wgmma operand tiles (Q and K
 // in the 128B-swizzled 64-column panels), so each lane's address must name the element the
 // fragment maps of common/fragment_layout.h put in its registers, at every row block, key block and
@@ -19,7 +19,7 @@
 #include "fa_catch.h"
 
 #define FA_STAGE_NAMESPACE stage41_warp_redo
-#include "stages/41_warp_redo/smem_layout.h"
+#include "stages/hopper/17_warp_redo/smem_layout.h"
 #undef FA_STAGE_NAMESPACE
 
 namespace {

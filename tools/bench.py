@@ -33,11 +33,11 @@ How (--timing; docs/benchmarking.md, Timing):
               (dtype, head_dim), for every series that has a reference.
 
 Nothing here imports torch. It merges everything into one CSV with % of FA2 and % of cuDNN per
-row, prints a compact table, renders the plots and the README's results (tools/plot.py) and, when
+row, prints a compact table, renders the plots, the README's results and docs/results.md (tools/plot.py) and, when
 it wrote plots/results/latest.csv, refreshes the generated sections of docs/ (tools/gen_docs.py),
 so that every check of the generated text passes after the run.
 
-A job too long for one command (a GPU lent 10 minutes per command) runs in parts, each a
+A job too long for one command (a machine that limits how long one command may run) runs in parts, each a
 complete run of some dtypes / head_dims with its own FA2 and cuDNN references:
   bench.py --part --dtypes fp16     writes <out-dir>/parts/part_fp16_d64_d128.csv, nothing else
   bench.py --part --dtypes bf16     the same for bf16
@@ -112,14 +112,15 @@ def parse_args(argv):
         epilog="Examples:\n"
                "  python3 tools/bench.py                      everything the README shows (fp16/bf16 x head_dim 64/128)\n"
                "  python3 tools/bench.py --quick              smoke run (S=1024, batch 4; README and docs left alone)\n"
-               "  python3 tools/bench.py --stages 07,08 --dtypes fp16 --head-dims 128\n"
+               "  python3 tools/bench.py --stages ampere_07,ampere_08 --dtypes fp16 --head-dims 128\n"
                "  python3 tools/bench.py --series headline    the non-causal rows only\n"
                "  python3 tools/bench.py --part --dtypes fp16 then --part --dtypes bf16, then --merge\n"
                "  python3 tools/bench.py --dry-run            print the commands it would run (no GPU needed)\n\n"
                "Exit status: 0 all passed; 1 a result failed or did not run, or a later step failed; "
                "2 bad options, no build or parts that cannot be merged; 3 no GPU.")
     p.add_argument("--stages", default="all",
-                   help="'all' or a comma-separated list of stage names or numbers, e.g. 04,05_interleave (default all)")
+                   help="'all' or a comma-separated list of stage ids or <track>_NN, e.g. ampere_04,ampere_05_interleave "
+                        "(default all)")
     p.add_argument("--dtypes", default="all", help="comma-separated fp16,bf16, or 'all' (default all)")
     p.add_argument("--head-dims", default="all", help="comma-separated 64,128, or 'all' (default all)")
     p.add_argument("--series", default="all",
@@ -279,7 +280,7 @@ def read_runner_csv(path):
 def stage_catalogue(fa_run):
     """[{name, target, min_compute_capability, arch_specific, features, dtypes, head_dims}] in
     registry order: what `fa_run --list --json` says (the build's own declarations), or, without a
-    build that answers it, the stages/*/stage.json declarations, which every stage's contract fills
+    build that answers it, the stages/<track>/*/stage.json declarations, which every stage's contract fills
     in with both dtypes and both head_dims."""
     out = run_quiet([fa_run, "--list", "--json"]) if os.access(fa_run, os.X_OK) else None
     if out:
@@ -291,7 +292,7 @@ def stage_catalogue(fa_run):
                          dtypes=list(s.get("dtypes", DTYPES)), head_dims=[int(d) for d in s.get("head_dims", HEAD_DIMS)])
                     for s in listed]
         except (ValueError, KeyError, TypeError) as e:
-            print("bench.py: '%s --list --json' gave no stage list (%s); reading stages/*/stage.json"
+            print("bench.py: '%s --list --json' gave no stage list (%s); reading stages/<track>/*/stage.json"
                   % (shown_path(fa_run), e), flush=True)
     return [dict(name=s.name, target=s.target, min_compute_capability=s.min_compute_capability,
                  arch_specific=s.target.endswith("a"), features=list(s.features), dtypes=list(DTYPES),
@@ -305,9 +306,10 @@ def resolve_stages(selection, catalogue):
         return list(catalogue)
     chosen = []
     for item in [s.strip() for s in selection.split(",") if s.strip()]:
-        matches = [s for s in names if s == item or (item.isdigit() and s.split("_")[0] == item.zfill(2))]
+        matches = [s for s in names if stage_declarations.selects(item, s)]
         if not matches:
-            raise Abort(2, "bench.py: no stage %r (the stages: %s)" % (item, ", ".join(names)))
+            raise Abort(2, "bench.py: no stage %r: name one by its id or <track>_NN (the stages: %s)"
+                        % (item, ", ".join(names)))
         chosen += [m for m in matches if m not in chosen]
     return [s for s in catalogue if s["name"] in chosen]
 
@@ -543,7 +545,7 @@ class Progress:
 
 
 def result_key(line, dtypes, series):
-    """(impl, series, dtype, head_dim, seq_q) of a runner's result row ('07_fast_softmax fp16 128 16 32
+    """(impl, series, dtype, head_dim, seq_q) of a runner's result row ('ampere_07_fast_softmax fp16 128 16 32
     1024 ...'), else None; series as given (None: the reference script's, which does not say)."""
     parts = line.split()
     if len(parts) < 6 or parts[1] not in dtypes:

@@ -1,7 +1,7 @@
 """Python's side of common/c_api.h: the stages of build/libfa_capi.so, called through ctypes.
 
     lib = FaCapi("build/libfa_capi.so")
-    lib.stage_names()                        # ["01_base", ..., "29_feature_switches"]
+    lib.stage_names()                        # ["ampere_01_base", ..., "hopper_14_feature_switches"]
     params = lib.params(q, k, v, o, causal=False)   # torch tensors [B, S, H, D], o written
     lib.launch("29", params, stream)         # raises FaCapiError with the launcher's message
 

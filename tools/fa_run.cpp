@@ -1,7 +1,7 @@
 // The command-line runner: runs any linked stage on any shape, checks it against the fp64
 // reference, and only then times it. A result that fails its check gets no time, and the runner
 // exits non-zero. Built twice from this file: fa_run with every stage, and one runner per stage
-// named after it (./build/04_swizzle) with that stage alone. `--help` lists the options.
+// named after it (./build/ampere_04_swizzle) with that stage alone. `--help` lists the options.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,7 +78,7 @@ void print_help() {
       "This program has %zu stage%s linked: %s.\n"
       "\n"
       "Options (default in brackets):\n"
-      "  --stage all|NAME|NN[,...]  stages to run, by folder name or number        [%s]\n"
+      "  --stage all|ID|TRACK_NN[,...]  stages to run, by id (ampere_04_swizzle) or track_NN [%s]\n"
       "  --dtype fp16|bf16|all      element type, or a comma list                   [%s]\n"
       "  --head-dim 64|128|all      head dimension, or a comma list                 [%s]\n"
       "  --batch N                  batch size                                      [%lld]\n"

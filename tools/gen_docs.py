@@ -192,7 +192,7 @@ class Freshness:
         return self.cache[path]
 
     def line(self, folders):
-        """The one FRESHNESS_LINE paragraph for these folders (e.g. ['stages/09_two_mtiles/', 'common/'])."""
+        """The one FRESHNESS_LINE paragraph for these folders (e.g. ['stages/ampere/09_two_mtiles/', 'common/'])."""
         named = ", ".join("`%s`" % f for f in folders)
         revision = self.revision or "unknown"
         if self.unknown:

@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""Renders a benchmark CSV (written by tools/bench.py) as plots and as the README's results.
+"""Renders a benchmark CSV (written by tools/bench.py) as plots, the README's results and
+docs/results.md.
 
-    python3 tools/plot.py                  # again from the CSV the README names: plots/*.png and the README
+    python3 tools/plot.py                  # again from the CSV the README names
     python3 tools/plot.py CSV              # from another CSV (tools/bench.py does this after a run)
-    python3 tools/plot.py --check          # exit 1 if the README's results differ from that CSV
+    python3 tools/plot.py --check          # exit 1 if the README or docs/results.md differ from that CSV
 
-For each configuration in the CSV (dtype, head_dim, ...; slug e.g. fp16_d128) of the headline,
-causal and grouped-query series (fp16_d128_causal, fp16_d128_kv8):
-  <out-dir>/<slug>_hist.png    every stage's % of FlashAttention-2, one bar per sequence length,
-                               labeled with its TFLOP/s; FA2 (100%) and cuDNN as horizontal lines
-  <out-dir>/<slug>_tflops.png  TFLOP/s against sequence length, every stage and reference
-and in the README, between its markers (tools/results_tables.py): the tables, one per
-configuration, and one generated sentence per stage on where it stands; the rest of the README
-is left byte for byte.
+Writes (tools/results_tables.py says what each section holds):
+  README.md, between <!-- tracks:begin --> and <!-- tracks:end -->
+      per track one short table at the headline shape (fp16, head_dim 128, S = 4096) and its plot
+  docs/results.md (beside the README), between <!-- all-results:begin --> and <!-- all-results:end -->
+      every table of the CSV, by track and by series (the file is created if it does not exist)
+  <out-dir>/<track>.png              the README's plot of a track: TFLOP/s per stage at the headline
+                                     shape (the parents from other tracks in grey), FA2 and cuDNN lines
+  <out-dir>/<track>_<config>.png     per track and headline configuration (e.g. ampere_fp16_d128.png):
+                                     % of FA2 per stage, one bar per sequence length, labeled with
+                                     its TFLOP/s; FA2 (100%) and cuDNN as lines
+  <out-dir>/<config>.png             the same for a causal or grouped-query configuration
+                                     (fp16_d128_causal.png, fp16_d128_kv8.png), every stage in it
+The rest of the README and of docs/results.md is left byte for byte.
 
 The PNGs are deterministic: run twice on the same CSV with the same matplotlib, they are the same
 bytes (matplotlib's own defaults, not the user's matplotlibrc; no version or date in the file).
@@ -31,18 +37,11 @@ import results_tables
 from results_tables import ResultsError, seq_label
 
 DPI = 130
-# Every stage line gets its own marker and line style (hollow markers, so that lines lying on top
-# of each other, as stages 1-3 and 4-6 do, still show every stage).
-MARKERS = ["o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p"]
-LINESTYLES = ["-", "--", "-.", ":"]
+# The README shows a track's plot at its full width: at most about 1000 pixels.
+TRACK_WIDTH_IN = 7.2
+BARS_WIDTH_IN = 7.4
+TRACK_COLOR = "#2e6f9e"
 LABEL_FONT_PT = 8
-# How far apart (in octaves of the sequence length, over all stages) the line chart spreads the
-# stages' points sideways.
-DODGE_OCTAVES = 0.16
-
-
-# ------------------------------------------------------------------------------------------------
-# Plots
 
 
 def pyplot():
@@ -81,153 +80,122 @@ def colormap(name):
         return pyplot().get_cmap(name)
 
 
-def spread_labels(values, min_gap):
-    """Positions for labels at `values`, each at least min_gap above the one below it, kept in the
-    same order as the values (so the leader lines do not cross)."""
-    order = sorted(range(len(values)), key=lambda i: (values[i], i))
-    placed = list(values)
-    for prev, cur in zip(order, order[1:]):
-        placed[cur] = max(placed[cur], placed[prev] + min_gap)
-    return placed
+def reference_values(group, seq):
+    """[(label, TFLOP/s)] of the references of a group at one length."""
+    out = []
+    for name in group.references:
+        row = group.get(name, seq)
+        if row is not None and row["tf"] is not None:
+            out.append((reference_label(name, short=True), row["tf"]))
+    return out
 
 
-def plot_histogram(group, meta, csv_path, path):
+def finish(fig, ax, height_in, meta, csv_path, fontsize):
+    """The legend (two columns) and the CSV's provenance under the axes, at fixed distances in
+    inches whatever the figure's height; then the layout."""
+    handles, labels = ax.get_legend_handles_labels()
+    legend_in = 0.22 * ((len(handles) + 1) // 2) * fontsize / 8.0 if handles else 0.0
+    if handles:
+        fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.2 / height_in), ncol=2,
+                   fontsize=fontsize, frameon=False)
+    fig.text(0.01, 0.03 / height_in, provenance(meta, csv_path), fontsize=6.5, color="#666666", ha="left",
+             va="bottom")
+    fig.tight_layout(rect=(0, (0.25 + legend_in) / height_in, 1, 1))
+
+
+def plot_track(plot, meta, csv_path, path):
+    """The README's plot of a track: one horizontal bar per stage (track order, top down) of its
+    TFLOP/s at one shape, the parents from other tracks first in grey; FA2 and cuDNN as lines."""
     plt = pyplot()
+    group, seq = plot.group, plot.seq
+    names = plot.outside + plot.stages
+    height = 1.7 + 0.3 * len(names)
+    fig, ax = plt.subplots(figsize=(TRACK_WIDTH_IN, height))
+    ys = list(range(len(names)))[::-1]
+    values, colors = [], []
+    for name in names:
+        row = group.get(name, seq)
+        values.append(row["tf"] if row is not None and row["tf"] is not None else 0.0)
+        colors.append("#b0b0b0" if name in plot.outside else TRACK_COLOR)
+    ax.barh(ys, values, 0.7, color=colors, zorder=2)
+    top = max(values + [v for _, v in reference_values(group, seq)] + [1.0])
+    for y, name, value in zip(ys, names, values):
+        row = group.get(name, seq)
+        text = fmt_tflops(value) if value else ("failed" if row is not None else "no result")
+        ax.text(value + top * 0.01, y, text, va="center", ha="left", fontsize=LABEL_FONT_PT, color="#333333")
+    styles = {"FA2": dict(color="black", linestyle="-"), "cuDNN": dict(color="#c0392b", linestyle="--")}
+    for label, value in reference_values(group, seq):
+        ax.axvline(value, linewidth=1.4, zorder=3, label="%s %s TFLOP/s" % (label, fmt_tflops(value)),
+                   **styles.get(label, dict(color="grey", linestyle=":")))
+    ax.set_yticks(ys)
+    ax.set_yticklabels([n + (" (parent)" if n in plot.outside else "") for n in names], fontsize=8)
+    ax.set_ylim(-0.6, len(names) - 0.4)
+    ax.set_xlim(0, top * 1.12)
+    ax.set_xlabel("TFLOP/s (%s / %s time), higher is better" % (flops_formula(group), group.statistic), fontsize=9)
+    ax.grid(axis="x", color="#dddddd", zorder=0)
+    ax.set_axisbelow(True)
+    ax.set_title("%s\n%s" % (plot.title, meta.get("gpu", "unknown GPU")), fontsize=10)
+    finish(fig, ax, height, meta, csv_path, 8)
+    save(fig, path)
+    plt.close(fig)
+
+
+def plot_bars(plot, meta, csv_path, path):
+    """docs/results.md's plot of a configuration: per stage (top down) one bar per sequence length,
+    its % of FA2 (TFLOP/s without FA2), labeled with its TFLOP/s; FA2 (100%) and cuDNN per length
+    as vertical lines."""
+    plt = pyplot()
+    group = plot.group
+    names = plot.stages
     use_pct = group.have_fa2
     value_of = (lambda r: r["pct"]) if use_pct else (lambda r: r["tf"])
     n_seq = len(group.seqs)
     cmap = colormap("viridis")
     colors = [cmap(0.15 + 0.7 * i / max(1, n_seq - 1)) for i in range(n_seq)]
-    width = 0.8 / max(1, n_seq)
-
-    fig, ax = plt.subplots(figsize=(max(9.0, 1.25 * len(group.stages) + 3.5), 6.2))
+    slot = 0.8 / max(1, n_seq)
+    height = 1.9 + len(names) * (0.13 * n_seq + 0.1)
+    fig, ax = plt.subplots(figsize=(BARS_WIDTH_IN, height))
     top = 0.0
     for j, seq in enumerate(group.seqs):
-        ref_text = ", ".join("%s %s" % (reference_label(name, short=True), fmt_tflops(r["tf"]))
-                             for name, r in ((n, group.get(n, seq)) for n in group.references) if r and r["tf"])
-        label = "S=" + seq_label(seq) + (" (%s TFLOP/s)" % ref_text if ref_text else "")
-        xs, heights, labels = [], [], []
-        for i, stage in enumerate(group.stages):
-            x = i - 0.4 + width * (j + 0.5)
-            row = group.get(stage, seq)
+        refs = ", ".join("%s %s" % (label, fmt_tflops(value)) for label, value in reference_values(group, seq))
+        label = "S=%s" % seq_label(seq) + (" (%s TFLOP/s)" % refs if refs else "")
+        ys, widths, texts = [], [], []
+        for i, name in enumerate(names):
+            y = (len(names) - 1 - i) + 0.4 - slot * (j + 0.5)
+            row = group.get(name, seq)
             if row is None:
                 continue
             value = value_of(row)
             if value is None:  # failed its check (or did not run): no bar, say so
-                ax.text(x, 0, " failed" if row["status"].startswith("FAIL") else " no result", rotation=90,
-                        ha="center", va="bottom", fontsize=7, color="#c0392b")
+                ax.text(0, y, " failed" if row["status"].startswith("FAIL") else " no result", va="center",
+                        fontsize=6.5, color="#c0392b")
                 continue
-            xs.append(x)
-            heights.append(value)
-            labels.append(fmt_tflops(row["tf"]) if row["tf"] is not None else "")
-        bars = ax.bar(xs, heights, width * 0.92, color=colors[j], label=label, zorder=2)
-        for bar, text in zip(bars, labels):
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), " " + text, rotation=90,
-                    ha="center", va="bottom", fontsize=7, color="#333333")
-        top = max([top] + heights)
-
-    # References as horizontal lines, labeled in the right margin.
-    lines = []  # (y, text, color)
+            ys.append(y)
+            widths.append(value)
+            texts.append(fmt_tflops(row["tf"]) if row["tf"] is not None else "")
+        ax.barh(ys, widths, slot * 0.92, color=colors[j], label=label, zorder=2)
+        for y, width, text in zip(ys, widths, texts):
+            ax.text(width, y, " " + text, va="center", ha="left", fontsize=6.5, color="#333333")
+        top = max([top] + widths)
     if use_pct:
-        ax.axhline(100.0, color="black", linewidth=1.3, zorder=3)
-        lines.append((100.0, "FA2 = 100%", "black"))
+        ax.axvline(100.0, color="black", linewidth=1.3, zorder=3)
     for j, seq in enumerate(group.seqs):
-        for name in group.references:
-            row = group.get(name, seq)
-            if name == "fa2" and use_pct or row is None:
-                continue
-            y = row["pct"] if use_pct else row["tf"]
-            if y is None:
-                continue
-            ax.axhline(y, color=colors[j], linestyle="--", linewidth=1.1, zorder=3)
-            value = ("%.0f%%" % y) if use_pct else fmt_tflops(y)
-            lines.append((y, "%s S=%s: %s" % (reference_label(name, short=True), seq_label(seq), value), colors[j]))
-            top = max(top, y)
-    top = top or 100.0
-    y_max = top * 1.22
-    ax.set_ylim(0, y_max)
-
-    ax.set_xticks(range(len(group.stages)))
-    ax.set_xticklabels([s.replace("_", "\n", 1) for s in group.stages], fontsize=9)
-    ax.set_xlim(-0.6, len(group.stages) - 0.4)
-    ax.set_ylabel("% of FlashAttention-2 (PyTorch), higher is better" if use_pct else "TFLOP/s")
-    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
-    ax.grid(axis="y", color="#dddddd", zorder=0)
+        row = group.get("cudnn", seq)
+        if row is not None and (row["pct"] if use_pct else row["tf"]):
+            value = row["pct"] if use_pct else row["tf"]
+            ax.axvline(value, color=colors[j], linestyle="--", linewidth=1.0, zorder=3)
+            top = max(top, value)
+    ax.set_xlim(0, (top or 100.0) * 1.15)
+    ax.set_ylim(-0.6, len(names) - 0.4)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels([n + (" (parent)" if n in plot.outside else "") for n in names][::-1], fontsize=8)
+    ax.set_xlabel(("%% of FlashAttention-2 (solid line; cuDNN dashed, per S); bar labels: TFLOP/s = %s / %s time"
+                   % (flops_formula(group), group.statistic)) if use_pct else "TFLOP/s (no FA2 time in this CSV)",
+                  fontsize=8)
+    ax.grid(axis="x", color="#dddddd", zorder=0)
     ax.set_axisbelow(True)
-    note = ("bar labels: TFLOP/s = %s / %s time" % (flops_formula(group), group.statistic) if use_pct
-            else "FA2 reference unavailable: bars show TFLOP/s")
-    ax.set_title("%s: FlashAttention-2 forward, stage by stage\n%s  (%s)"
-                 % (meta.get("gpu", "unknown GPU"), group.title(), note), fontsize=11)
-    ax.legend(loc="upper left", fontsize=8, frameon=True, ncol=2 if n_seq > 2 else 1)
-    fig.text(0.01, 0.005, provenance(meta, csv_path), fontsize=7, color="#666666", ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-
-    # The margin labels go on after the layout, so that their spacing can be set in points: one
-    # label line (plus a little air) apart, whatever the axis height, so that two references a
-    # percent apart (cuDNN at S = 1024 and 2048) get two readable labels.
-    axis_height_pt = ax.get_position().height * fig.get_size_inches()[1] * 72.0
-    min_gap = y_max * (LABEL_FONT_PT * 1.45) / axis_height_pt
-    placed = spread_labels([y for y, _, _ in lines], min_gap)
-    for (y, text, color), y_text in zip(lines, placed):
-        ax.annotate(text, xy=(1.0, y), xycoords=ax.get_yaxis_transform(), xytext=(1.03, y_text),
-                    textcoords=ax.get_yaxis_transform(), fontsize=LABEL_FONT_PT, color=color, va="center",
-                    annotation_clip=False,
-                    arrowprops=dict(arrowstyle="-", color=color, linewidth=0.6, shrinkA=0, shrinkB=0))
-    save(fig, path)
-    plt.close(fig)
-
-
-def plot_tflops(group, meta, csv_path, path):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9.5, 5.8))
-    # tab10 without its grey (index 7), which would look like the cuDNN line.
-    palette = [c for i, c in enumerate(colormap("tab10").colors) if i != 7]
-    xs_all = [seq[0] for seq in group.seqs]
-
-    def series(impl):
-        """y per sequence length, NaN where there is no result (a gap in the line, not a bridge)."""
-        ys = []
-        for seq in group.seqs:
-            row = group.get(impl, seq)
-            ys.append(row["tf"] if row is not None and row["tf"] is not None else float("nan"))
-        return ys
-
-    # Stages with nearly equal TFLOP/s (1-3, 4-6) would hide each other's markers: each stage's
-    # points sit a little to the side of the true length, in the same order as the legend.
-    def dodged(i):
-        offset = DODGE_OCTAVES * (i - (len(group.stages) - 1) / 2.0) / max(1, len(group.stages) - 1)
-        return [x * 2.0 ** offset for x in xs_all]
-
-    for i, stage in enumerate(group.stages):
-        ys = series(stage)
-        failed = [seq_label(seq) for seq, y in zip(group.seqs, ys) if y != y]
-        label = stage + (" (no result at S=%s)" % ", ".join(failed) if failed else "")
-        color = palette[i % len(palette)]
-        ax.plot(dodged(i), ys, marker=MARKERS[i % len(MARKERS)], markersize=6, markerfacecolor="none",
-                markeredgewidth=1.3, linestyle=LINESTYLES[i % len(LINESTYLES)], linewidth=1.4, color=color,
-                label=label)
-    styles = {"fa2": dict(color="black", linestyle="-", marker="s", linewidth=2.4),
-              "cudnn": dict(color="#555555", linestyle="--", marker="D", linewidth=2.0)}
-    for name in group.references:
-        ys = series(name)
-        label = reference_label(name)
-        if all(y != y for y in ys):
-            label += " (unavailable)"
-        style = styles.get(name, dict(color="grey", linestyle=":", marker="^", linewidth=2.0))
-        ax.plot(xs_all, ys, markersize=5, label=label, **style)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs_all)
-    ax.set_xticklabels([str(x) for x in xs_all])
-    ax.minorticks_off()
-    ax.set_xlabel(("sequence length (seq_q = seq_kv)" if all(s[0] == s[1] for s in group.seqs) else "seq_q")
-                  + "; stages drawn side by side in legend order around each length")
-    ax.set_ylabel("TFLOP/s (%s / %s time)" % (flops_formula(group), group.statistic))
-    ax.set_ylim(bottom=0)
-    ax.grid(color="#dddddd")
-    ax.set_title("%s: TFLOP/s by sequence length\n%s" % (meta.get("gpu", "unknown GPU"), group.title()), fontsize=11)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, handlelength=3.2)
-    fig.text(0.01, 0.005, provenance(meta, csv_path), fontsize=7, color="#666666", ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    ax.set_title("%s\n%s" % (plot.title, meta.get("gpu", "unknown GPU")), fontsize=10)
+    finish(fig, ax, height, meta, csv_path, 7)
     save(fig, path)
     plt.close(fig)
 
@@ -237,8 +205,8 @@ def flops_formula(group):
     return "2*B*H*S^2*D" if group.causal else "4*B*H*Sq*Skv*D"
 
 
-def plot_paths(group, out_dir):
-    return os.path.join(out_dir, group.slug + "_hist.png"), os.path.join(out_dir, group.slug + "_tflops.png")
+def render(plot, meta, csv_path, path):
+    (plot_track if plot.kind == "track" else plot_bars)(plot, meta, csv_path, path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -248,15 +216,17 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="tools/plot.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("csv", nargs="?", default=None,
-                   help="a results CSV from tools/bench.py (default: the CSV the README's results table names)")
+                   help="a results CSV from tools/bench.py (default: the CSV the README's tracks section names)")
     p.add_argument("--out-dir", default=os.path.join(REPO, "plots"), help="where the PNGs go (default plots/)")
     p.add_argument("--readme", default=os.path.join(REPO, "README.md"),
-                   help="the README whose results sections are rewritten or checked (default README.md)")
-    p.add_argument("--no-readme", action="store_true", help="leave every README alone (plots only)")
-    p.add_argument("--no-plots", action="store_true", help="rewrite the README only (needs no matplotlib)")
+                   help="the README whose tracks section is rewritten or checked (default README.md); "
+                        "docs/results.md beside it too")
+    p.add_argument("--no-readme", action="store_true", help="leave the README and docs/results.md alone (plots only)")
+    p.add_argument("--no-plots", action="store_true", help="rewrite the README and docs/results.md only (needs no "
+                                                           "matplotlib)")
     p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 if the README's results sections differ from what the CSV gives "
-                        "(or a plot they link to is missing); needs no matplotlib")
+                   help="write nothing; exit 1 if the README's tracks section or docs/results.md differ from what the "
+                        "CSV gives (or a plot they show is missing); needs no matplotlib")
     args = p.parse_args(argv)
     if args.no_readme and (args.check or args.csv is None):
         p.error("--no-readme needs a CSV argument and cannot be combined with --check")
@@ -265,32 +235,46 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    page = results_tables.results_page_of(args.readme)
     try:
-        readme_text = None if args.no_readme else results_tables.read_readme(args.readme)
-        csv_path = os.path.abspath(args.csv) if args.csv else results_tables.csv_named_by(args.readme, readme_text)
+        texts = {}
+        if not args.no_readme:
+            texts[os.path.abspath(args.readme)] = results_tables.read_marked(args.readme, results_tables.README_SECTION)
+            texts[page] = results_tables.read_marked(page, results_tables.PAGE_SECTION,
+                                                     None if args.check else results_tables.PAGE_TEMPLATE)
+        csv_path = os.path.abspath(args.csv) if args.csv else results_tables.csv_named_by(
+            args.readme, texts[os.path.abspath(args.readme)])
         meta, rows = results_tables.load_results(csv_path)
     except ResultsError as e:
         print("plot.py: %s" % e, file=sys.stderr)
         return 2
     groups = results_tables.make_groups(rows)
+    declared = results_tables.declared_stages()
+    plots = results_tables.plot_list(groups, declared)
+    expected = {}
+    if not args.no_readme:
+        for path, (section, body) in results_tables.generated_texts(groups, meta, csv_path, os.path.abspath(args.readme),
+                                                                    args.out_dir, declared).items():
+            expected[path] = results_tables.replace_section(texts[path], section, body)
 
     if args.check:
-        bodies = results_tables.readme_bodies(groups, meta, csv_path, args.readme, args.out_dir)
-        expected = results_tables.replace_sections(readme_text, bodies)
-        missing = [shown_path(p) for g in groups if g.plotted() for p in plot_paths(g, args.out_dir)
-                   if not os.path.exists(p)]
+        stale = False
+        missing = [shown_path(os.path.join(args.out_dir, p.name)) for p in plots
+                   if not os.path.exists(os.path.join(args.out_dir, p.name))]
         for path in missing:
             print("plot.py: %s is missing (run python3 tools/plot.py %s)" % (path, shown_path(csv_path)), file=sys.stderr)
-        if expected != readme_text:
-            diff = difflib.unified_diff(readme_text.splitlines(), expected.splitlines(),
-                                        shown_path(args.readme), "generated from " + shown_path(csv_path), lineterm="")
-            print("\n".join(list(diff)[:80]), file=sys.stderr)
-            print("plot.py: the results in %s differ from %s (above: what the CSV gives); run python3 tools/plot.py %s"
-                  % (shown_path(args.readme), shown_path(csv_path), shown_path(csv_path)), file=sys.stderr)
+        for path, text in expected.items():
+            if text != texts[path]:
+                stale = True
+                diff = difflib.unified_diff(texts[path].splitlines(), text.splitlines(), shown_path(path),
+                                            "generated from " + shown_path(csv_path), lineterm="")
+                print("\n".join(list(diff)[:80]), file=sys.stderr)
+                print("plot.py: the results in %s differ from %s (above: what the CSV gives); run python3 tools/plot.py %s"
+                      % (shown_path(path), shown_path(csv_path), shown_path(csv_path)), file=sys.stderr)
+        if stale or missing:
             return 1
-        if missing:
-            return 1
-        print("plot.py: the results in %s match %s" % (shown_path(args.readme), shown_path(csv_path)))
+        print("plot.py: the results in %s match %s" % (" and ".join(shown_path(p) for p in expected),
+                                                      shown_path(csv_path)))
         return 0
 
     if not args.no_plots:
@@ -298,23 +282,21 @@ def main(argv=None):
             pyplot()
         except ImportError as e:
             print("plot.py: matplotlib is not installed (%s); install it with python3 -m pip install matplotlib, "
-                  "or pass --no-plots to rewrite only the README" % e, file=sys.stderr)
+                  "or pass --no-plots to rewrite only the README and docs/results.md" % e, file=sys.stderr)
             return 3
         os.makedirs(args.out_dir, exist_ok=True)
-        for group in [g for g in groups if g.plotted()]:
-            hist, line = plot_paths(group, args.out_dir)
-            plot_histogram(group, meta, csv_path, hist)
-            plot_tflops(group, meta, csv_path, line)
-            print("plot.py: wrote %s and %s" % (shown_path(hist), shown_path(line)), flush=True)
-    if readme_text is not None:
-        bodies = results_tables.readme_bodies(groups, meta, csv_path, args.readme, args.out_dir)
-        updated = results_tables.replace_sections(readme_text, bodies)
-        if updated != readme_text:
-            with open(args.readme, "w", encoding="utf-8", newline="") as f:
-                f.write(updated)
-            print("plot.py: rewrote the results in %s from %s" % (shown_path(args.readme), shown_path(csv_path)))
+        for plot in plots:
+            path = os.path.join(args.out_dir, plot.name)
+            render(plot, meta, csv_path, path)
+            print("plot.py: wrote %s" % shown_path(path), flush=True)
+    for path, text in expected.items():
+        if text != texts[path] or not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+            print("plot.py: rewrote the results in %s from %s" % (shown_path(path), shown_path(csv_path)))
         else:
-            print("plot.py: the results in %s were already up to date" % shown_path(args.readme))
+            print("plot.py: the results in %s were already up to date" % shown_path(path))
     return 0
 
 

@@ -1,0 +1,384 @@
+// hopper_01_wgmma: wgmma for both GEMMs -- the first Hopper stage (sm_90a).
+//
+// ampere_10_lane_addresses with its two matmuls moved from mma.sync (one warp, 16 x 8 x 16,
+// operands loaded into registers by ldmatrix) to wgmma.mma_async (a warpgroup of 4 warps,
+// 64 x N x 16, asynchronous):
+//   * S = Q K^T reads both operands straight from shared memory through matrix descriptors
+//     (m64n128k16, "SS"): Q and K are stored in the layout the 128-byte swizzle mode defines
+//     (64-column panels of 128-byte rows; smem_layout.h), which cp.async writes directly. No
+//     ldmatrix is left: what took 16 Q + 32 K ldmatrix.x4 per warp and block is 8 descriptors.
+//   * O += P V takes P from registers ("RS") -- the S accumulator of two n8 blocks is P's A
+//     fragment, exactly as for mma.sync -- and V from shared memory, read N-major (imm-trans-b = 1)
+//     because V is stored [key][dim]: the instruction transposes what ldmatrix.trans did.
+//   * Two warpgroups (8 warps) of 64 query rows each: Br = 128 as in the parent, Bc = 128.
+// Everything else is the parent's: cp.async copies with V landing during Q K^T and the next K
+// during softmax and P V, __syncthreads barriers, the online softmax per row (a wgmma accumulator
+// is, per warp, mma.sync's C layout), O staged through shared memory. Each GEMM is issued,
+// committed and waited for at once: the tensor cores idle while the softmax runs. Overlapping the
+// two is what the next Hopper stages are about.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "common/fragment_layout.h"
+#include "common/hopper_encoding.h"
+#include "common/params.h"
+#include "common/ptx.cuh"
+#include "common/softmax_math.h"
+#include "smem_layout.h"
+#include "stage_declaration.h"
+#include "wgmma.cuh"
+
+namespace FA_STAGE_NAMESPACE {
+
+using namespace fa;
+
+// ================================ config ================================
+constexpr int kBlockQ = 128;   // Br: query rows per thread block
+constexpr int kBlockKV = 128;  // Bc: key/value rows per iteration (the n of S = Q K^T's wgmma)
+constexpr int kWarpgroups = kBlockQ / kWgmmaM;  // each owns 64 query rows: one wgmma m
+constexpr int kWarps = kWarpgroups * kWarpgroupThreads / 32;
+constexpr int kThreads = kWarps * 32;
+static_assert(kWarpgroups == 2, "two warpgroups of 64 rows");
+static_assert(kBlockKV % kWgmmaK == 0, "P V consumes keys 16 at a time");
+// Within its warpgroup's 64 rows, warp w holds rows 16w .. 16w+15 of every accumulator, and a
+// thread two of them: row lane/4 (entries 0, 1 of each n8 block) and row lane/4 + 8 (entries 2, 3);
+// see wgmma_acc_row in hopper_encoding.h.
+constexpr int kRowsPerThread = 2;
+
+// Everything else follows from the element type and the head dimension.
+template <typename T, int kHeadDim_>
+struct Config {
+  using Elem = T;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kElemsPer16B = 16 / sizeof(T);  // one 16-byte copy
+  static constexpr int kChunksPerRow = kHeadDim / kElemsPer16B;
+  static constexpr int kDimSteps = kHeadDim / kWgmmaK;  // k-steps of S = Q K^T
+  static constexpr int kKeySteps = kBlockKV / kWgmmaK;  // k-steps of O += P V
+  static constexpr int kKeyTiles = kBlockKV / kMmaN;    // n8 blocks of S
+  static constexpr int kDimTiles = kHeadDim / kMmaN;    // n8 blocks of O
+  static_assert(sizeof(T) == 2, "the descriptors are written for 16-bit elements");
+};
+
+// ========================= shared-memory layout =========================
+// [ Q tile: kBlockQ x D | K tile: kBlockKV x D | V tile: kBlockKV x D ], each in wgmma's 128B-swizzle
+// layout (smem_layout.h: operand_offset), 64-column panels of rows x 128 bytes; the O tile reuses
+// Q's space (tile_offset). The swizzle repeats every 1024 bytes from a 1024-byte boundary (the
+// descriptors' base offset is 0), so the tiles start on one: every tile and panel is a multiple of
+// 1024 bytes, and the base is aligned up at run time (kAlignSlack).
+template <typename Cfg>
+struct SharedTiles {
+  using T = typename Cfg::Elem;
+  static constexpr int kQElems = kBlockQ * Cfg::kHeadDim;
+  static constexpr int kKElems = kBlockKV * Cfg::kHeadDim;
+  static constexpr int kVElems = kBlockKV * Cfg::kHeadDim;
+  static constexpr uint32_t kQPanelBytes = kBlockQ * kSwizzle128RowBytes;  // one 64-column panel
+  static constexpr uint32_t kKVPanelBytes = kBlockKV * kSwizzle128RowBytes;
+  static constexpr int kAlignSlack = kSwizzle128AtomBytes;
+  static constexpr size_t kBytes = (kQElems + kKElems + kVElems) * sizeof(T) + kAlignSlack;
+  static_assert((kQElems * sizeof(T)) % kSwizzle128AtomBytes == 0 && (kKElems * sizeof(T)) % kSwizzle128AtomBytes == 0,
+                "every tile starts on a swizzle atom");
+  T* q;
+  T* k;
+  T* v;
+  __device__ explicit SharedTiles(unsigned char* raw) {
+    const uint32_t raw_address = smem_u32(raw);
+    const uint32_t aligned = (raw_address + kAlignSlack - 1) & ~static_cast<uint32_t>(kAlignSlack - 1);
+    q = reinterpret_cast<T*>(raw + (aligned - raw_address));
+    k = q + kQElems;
+    v = k + kKElems;
+  }
+};
+
+// ============================== load tiles ==============================
+// Global -> shared: a tile of kRows x D elements moves in 16-byte chunks; consecutive threads take
+// consecutive chunks of a row, so a warp reads whole rows (coalesced 128-byte transactions), and
+// each chunk lands where wgmma's swizzle expects it. Each step moves kRowsPerStep whole rows, a
+// multiple of the swizzle period (8 rows), so a thread's chunk keeps its panel and swizzled column
+// and its shared address advances by a constant: one running global pointer and one shared base
+// per thread. The copies are only issued here: the caller commits them as a group and waits.
+template <typename Cfg, int kRows>
+__device__ __forceinline__ void copy_tile_to_smem(typename Cfg::Elem* tile_smem, const typename Cfg::Elem* tile_gmem,
+                                                  int64_t row_stride) {
+  using T = typename Cfg::Elem;
+  constexpr int kRowsPerStep = kThreads / Cfg::kChunksPerRow;
+  static_assert(kThreads % Cfg::kChunksPerRow == 0 && kRowsPerStep % 8 == 0 && kRows % kRowsPerStep == 0,
+                "every step copies whole rows, a multiple of the swizzle period");
+  const int row = threadIdx.x / Cfg::kChunksPerRow;
+  const int col = (threadIdx.x % Cfg::kChunksPerRow) * Cfg::kElemsPer16B;
+  const uint32_t dst = smem_u32(tile_smem + operand_offset(row, col, kRows));
+  const T* src = tile_gmem + row * row_stride + col;
+#pragma unroll
+  for (int step = 0; step < kRows / kRowsPerStep; ++step) {
+    cp_async_16(dst + step * kRowsPerStep * kSwizzle128RowBytes, src);
+    src += kRowsPerStep * row_stride;
+  }
+}
+
+// Shared -> tensor cores: no loads into registers. A wgmma reads its shared operands through a
+// 64-bit matrix descriptor (hopper_encoding.h): start address, the byte offsets between 8-row
+// groups and between 64-column panels, the swizzle mode.
+//   Q (A of S, K-major): the warpgroup's 64 rows, head dims [16 kk, 16 kk + 16).
+//   K (B of S, K-major): all kBlockKV keys, head dims [16 kk, 16 kk + 16).
+//   V (B of P V, N-major): keys [16 kk, 16 kk + 16), all head dims.
+template <typename Cfg>
+__device__ __forceinline__ uint64_t q_descriptor(uint32_t q_rows_address, int kk) {
+  return wgmma_descriptor_k_major_sw128_panels(q_rows_address, SharedTiles<Cfg>::kQPanelBytes, kk);
+}
+template <typename Cfg>
+__device__ __forceinline__ uint64_t k_descriptor(uint32_t k_address, int kk) {
+  return wgmma_descriptor_k_major_sw128_panels(k_address, SharedTiles<Cfg>::kKVPanelBytes, kk);
+}
+template <typename Cfg>
+__device__ __forceinline__ uint64_t v_descriptor(uint32_t v_address, int kk) {
+  return wgmma_descriptor_mn_major_sw128(v_address, SharedTiles<Cfg>::kKVPanelBytes, kk);
+}
+
+// ============================== S = Q K^T ===============================
+// One m64n128k16 per 16 head dims, all in one commit group; the first overwrites (scale-d = 0),
+// so S needs no clearing. Waited for at once: the softmax needs all of S.
+template <typename Cfg>
+__device__ __forceinline__ void compute_scores(float (&s_acc)[Cfg::kKeyTiles][4], uint32_t q_rows_address,
+                                               uint32_t k_address) {
+  wgmma_fence();  // S's registers: the previous block's P V read P packed from them
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kDimSteps; ++kk)
+    Wgmma<typename Cfg::Elem, kBlockKV>::ss(s_acc, q_descriptor<Cfg>(q_rows_address, kk),
+                                            k_descriptor<Cfg>(k_address, kk), /*scale_d=*/kk > 0);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  pin_registers(s_acc);  // nothing reads S before the wait
+}
+
+// ======================== online softmax update =========================
+// The running state of the rows this thread holds, in fp32.
+struct RowState {
+  float max[kRowsPerThread];  // the largest raw (unscaled) score seen so far
+  float sum[kRowsPerThread];  // this thread's share of the row sum; the quad adds them at the end
+};
+
+__device__ __forceinline__ void init_row_state(RowState& state) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    state.max[r] = -INFINITY;
+    state.sum[r] = 0.0f;
+  }
+}
+
+// Row r's largest score in this K/V block, over the whole row (its 4 lanes).
+template <typename Cfg>
+__device__ __forceinline__ float block_row_max(const float (&s_acc)[Cfg::kKeyTiles][4], int r) {
+  float block_max = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < Cfg::kKeyTiles; ++n) block_max = fmaxf(block_max, fmaxf(s_acc[n][2 * r], s_acc[n][2 * r + 1]));
+  return quad_allreduce_max(block_max);
+}
+
+// Raise the running max (of raw scores: a positive scale keeps their order), rescale what was
+// accumulated under the old max (the sum and O), and turn the scores into unnormalized
+// probabilities P = exp(scale * (s - max)) = exp2(s * scale_log2 - max * scale_log2): one FFMA
+// feeding one MUFU.EX2 per score.
+template <typename Cfg>
+__device__ __forceinline__ void online_softmax_update(float (&s_acc)[Cfg::kKeyTiles][4],
+                                                      float (&o_acc)[Cfg::kDimTiles][4], RowState& state,
+                                                      float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const float new_max = fmaxf(state.max[r], block_row_max<Cfg>(s_acc, r));
+    const float max_scaled = max_for_exp(new_max) * scale_log2;                 // the -inf guard (softmax_math.h)
+    const float correction = exp2_approx(state.max[r] * scale_log2 - max_scaled);  // 0 on the first block
+    state.max[r] = new_max;
+    float block_sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < Cfg::kKeyTiles; ++n) {
+      s_acc[n][2 * r] = exp2_approx(fmaf(s_acc[n][2 * r], scale_log2, -max_scaled));
+      s_acc[n][2 * r + 1] = exp2_approx(fmaf(s_acc[n][2 * r + 1], scale_log2, -max_scaled));
+      block_sum += s_acc[n][2 * r] + s_acc[n][2 * r + 1];
+    }
+    state.sum[r] = state.sum[r] * correction + block_sum;
+#pragma unroll
+    for (int d = 0; d < Cfg::kDimTiles; ++d) {
+      o_acc[d][2 * r] *= correction;
+      o_acc[d][2 * r + 1] *= correction;
+    }
+  }
+}
+
+// =============================== O += P V ===============================
+// P never leaves registers: the S accumulators of n8 blocks 2kk and 2kk+1 are exactly wgmma's
+// register A fragment of P for k-step kk, after packing pairs of floats to 16 bits
+// (fragment_layout.h: p_frag_s_*; hopper_encoding.h, section 6).
+template <typename Cfg>
+__device__ __forceinline__ void p_fragment(uint32_t (&p_frag)[4], const float (&s_acc)[Cfg::kKeyTiles][4], int kk) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float* pair = &s_acc[p_frag_s_tile(kk, j)][p_frag_s_entry(j)];
+    p_frag[j] = pack2<typename Cfg::Elem>(pair[0], pair[1]);
+  }
+}
+
+// One m64nDk16 per 16 keys, all in one commit group, waited for at once (the next block's softmax
+// rescales O). The fence orders the softmax's writes of O and P before the wgmmas read them.
+template <typename Cfg>
+__device__ __forceinline__ void accumulate_pv(float (&o_acc)[Cfg::kDimTiles][4],
+                                              const float (&s_acc)[Cfg::kKeyTiles][4], uint32_t v_address) {
+  uint32_t p_frag[Cfg::kKeySteps][4];
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kKeySteps; ++kk) p_fragment<Cfg>(p_frag[kk], s_acc, kk);
+  pin_registers(o_acc);  // the rescale and the packing happen before the fence
+  pin_registers(p_frag);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kKeySteps; ++kk)
+    Wgmma<typename Cfg::Elem, Cfg::kHeadDim>::rs(o_acc, p_frag[kk], v_descriptor<Cfg>(v_address, kk));
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  pin_registers(o_acc);  // nothing reads O before the wait
+}
+
+// ========================= normalize and write O ========================
+// Divide by the row sums, convert to 16 bits, stage the tile in shared memory (over Q, which every
+// warpgroup's wgmmas have finished reading) and write it out in coalesced 16-byte chunks.
+template <typename Cfg>
+__device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTiles][4], RowState& state,
+                                                      typename Cfg::Elem* o_smem, typename Cfg::Elem* o_gmem,
+                                                      int64_t row_stride, int warpgroup_row0, int thread_in_warpgroup) {
+  using T = typename Cfg::Elem;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const float inv_sum = 1.0f / quad_allreduce_sum(state.sum[r]);
+    const int row = warpgroup_row0 + wgmma_acc_row(thread_in_warpgroup, 2 * r);
+#pragma unroll
+    for (int d = 0; d < Cfg::kDimTiles; ++d) {
+      const int col = wgmma_acc_col(thread_in_warpgroup, 4 * d + 2 * r);
+      *reinterpret_cast<uint32_t*>(o_smem + tile_offset(row, col, Cfg::kHeadDim)) =
+          pack2<T>(o_acc[d][2 * r] * inv_sum, o_acc[d][2 * r + 1] * inv_sum);
+    }
+  }
+  __syncthreads();  // the whole O tile is staged
+  constexpr int kChunks = kBlockQ * Cfg::kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int step = 0; step < kChunks / kThreads; ++step) {
+    const int i = step * kThreads + threadIdx.x;
+    const int row = i / Cfg::kChunksPerRow;
+    const int col = (i % Cfg::kChunksPerRow) * Cfg::kElemsPer16B;
+    *reinterpret_cast<uint4*>(o_gmem + row * row_stride + col) =
+        *reinterpret_cast<const uint4*>(o_smem + tile_offset(row, col, Cfg::kHeadDim));
+  }
+}
+
+// ================================ kernel ================================
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionParams p) {
+  using Cfg = Config<T, kHeadDim>;
+
+  // One thread block per (batch, head, query block), query blocks fastest so that the blocks
+  // running at the same time share one head's K and V in L2.
+  const int64_t num_q_blocks = p.seq_q / kBlockQ;
+  const int64_t q_block = blockIdx.x % num_q_blocks;
+  const int64_t batch_head = blockIdx.x / num_q_blocks;
+  const int64_t batch = batch_head / p.heads;
+  const int64_t head = batch_head % p.heads;
+  const T* q_gmem = static_cast<const T*>(p.q.data) + batch * p.q.batch_stride + head * p.q.head_stride +
+                    q_block * kBlockQ * p.q.seq_stride;
+  const T* k_gmem = static_cast<const T*>(p.k.data) + batch * p.k.batch_stride + head * p.k.head_stride;
+  const T* v_gmem = static_cast<const T*>(p.v.data) + batch * p.v.batch_stride + head * p.v.head_stride;
+  T* o_gmem = static_cast<T*>(p.o.data) + batch * p.o.batch_stride + head * p.o.head_stride +
+              q_block * kBlockQ * p.o.seq_stride;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  SharedTiles<Cfg> smem(smem_raw);
+
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  const int thread_in_warpgroup = threadIdx.x % kWarpgroupThreads;
+  const int warpgroup_row0 = warpgroup * kWgmmaM;
+  // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
+  const uint32_t q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
+  const uint32_t k_address = smem_u32(smem.k);
+  const uint32_t v_address = smem_u32(smem.v);
+
+  // Q stays in shared memory for the whole loop over K/V. The first K block is requested with it.
+  copy_tile_to_smem<Cfg, kBlockQ>(smem.q, q_gmem, p.q.seq_stride);
+  copy_tile_to_smem<Cfg, kBlockKV>(smem.k, k_gmem, p.k.seq_stride);
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async_shared();  // cp.async wrote Q and K through the generic proxy; wgmma reads them through the async one
+  __syncthreads();
+
+  float o_acc[Cfg::kDimTiles][4] = {};
+  RowState state;
+  init_row_state(state);
+  const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
+
+  const int num_kv_blocks = static_cast<int>(p.seq_kv / kBlockKV);  // < 2^31: K alone would need 2^44 bytes
+  for (int kv_block = 0; kv_block < num_kv_blocks; ++kv_block) {
+    // This block's V lands while S = Q K^T runs. (The K block is already in shared memory.)
+    copy_tile_to_smem<Cfg, kBlockKV>(smem.v, v_gmem, p.v.seq_stride);
+    cp_async_commit();
+    v_gmem += kBlockKV * p.v.seq_stride;
+    k_gmem += kBlockKV * p.k.seq_stride;
+
+    float s_acc[Cfg::kKeyTiles][4];  // not cleared: the first wgmma of compute_scores overwrites it
+    compute_scores<Cfg>(s_acc, q_rows_address, k_address);
+    __syncthreads();  // every warpgroup's wgmmas have read this K block: its buffer is free
+
+    // The next K block lands while softmax and P V run. On the last block the group is empty, which
+    // keeps the count of groups in flight the same in every iteration.
+    if (kv_block + 1 < num_kv_blocks) copy_tile_to_smem<Cfg, kBlockKV>(smem.k, k_gmem, p.k.seq_stride);
+    cp_async_commit();
+
+    online_softmax_update<Cfg>(s_acc, o_acc, state, scale_log2);
+
+    cp_async_wait<1>();          // this block's V has landed; the next K may still be in flight
+    fence_proxy_async_shared();  // ... made visible to wgmma
+    __syncthreads();             // ... for every thread's copies
+
+    accumulate_pv<Cfg>(o_acc, s_acc, v_address);
+    cp_async_wait<0>();          // the next K block has landed
+    fence_proxy_async_shared();  // ... made visible to wgmma
+    __syncthreads();             // ... for every thread, and every warpgroup is done with V before it is overwritten
+  }
+
+  normalize_and_write_o<Cfg>(o_acc, state, smem.q, o_gmem, p.o.seq_stride, warpgroup_row0, thread_in_warpgroup);
+}
+
+// =============================== launcher ===============================
+Status launch(const AttentionParams& params, cudaStream_t stream);
+
+// clang-format off
+extern const StageInfo info = {
+    FA_STAGE_DECLARATION,  // from stage.json
+    kBlockQ, kBlockKV, kWarps,
+    /*head_dims=*/{64, 128}, /*dtypes=*/{DType::kFloat16, DType::kBFloat16},
+    &launch};
+// clang-format on
+
+template <typename T, int kHeadDim>
+Status launch_typed(const AttentionParams& params, cudaStream_t stream) {
+  constexpr size_t smem_bytes = SharedTiles<Config<T, kHeadDim>>::kBytes;
+  const auto kernel = attention_kernel<T, kHeadDim>;
+  // Dynamic shared memory above 48 KB needs an explicit opt-in. The attribute belongs to the
+  // current device, so it is set on every launch (a process may launch on several GPUs).
+  const cudaError_t attr_status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (attr_status != cudaSuccess) {
+    return Status::error(std::string(info.name) +
+                         ": cannot configure the kernel: " + cudaGetErrorString(attr_status));
+  }
+  const int64_t blocks = (params.seq_q / kBlockQ) * params.heads * params.batch;
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes, stream>>>(params);
+  return launch_status(info.name);
+}
+
+Status launch(const AttentionParams& params, cudaStream_t stream) {
+  const Status valid = validate_params(params, info);
+  if (!valid.ok()) return valid;
+  const bool fp16 = params.q.dtype == DType::kFloat16;
+  if (params.head_dim == 64)
+    return fp16 ? launch_typed<__half, 64>(params, stream) : launch_typed<__nv_bfloat16, 64>(params, stream);
+  return fp16 ? launch_typed<__half, 128>(params, stream) : launch_typed<__nv_bfloat16, 128>(params, stream);
+}
+
+}  // namespace FA_STAGE_NAMESPACE

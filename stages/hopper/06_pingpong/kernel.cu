@@ -1,0 +1,553 @@
+// hopper_06_pingpong: ping-pong -- the two consumer warpgroups take turns on the tensor cores.
+//
+// In the parent both consumer warpgroups issue their GEMMs whenever they are ready, so most of the
+// time both have wgmmas in flight, sharing the tensor cores, and both run their softmax at about
+// the same time, when the tensor cores have less to do. Here the two take turns: a warpgroup waits
+// for its turn (a named barrier), issues the GEMMs of one step (S_j = Q K_j^T and P_{j-1} V_{j-1}),
+// and hands the turn to the other. The GEMMs of one run at full rate while the other runs its
+// softmax, and the two stay half a step apart:
+//     consumer 0:  [GEMMs j] softmax j        [GEMMs j+1] softmax j+1 ...
+//     consumer 1:            [GEMMs j] softmax j          [GEMMs j+1] ...
+// Two named barriers, one per warpgroup ("my turn"), of 256 threads: the warpgroup's own 128 wait
+// there (bar.sync), the other's 128 arrive (bar.arrive). Consumer warpgroup 1 arrives once at the
+// start so that consumer warpgroup 0 goes first; 0 waits once more at the end for 1's last
+// hand-over, which leaves both barriers as they started. The epilogue no longer synchronizes the
+// two warpgroups: each stages and writes its own 64 rows of O, behind a barrier of its own.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "common/fragment_layout.h"
+#include "common/hopper_encoding.h"
+#include "common/params.h"
+#include "common/ptx.cuh"
+#include "common/softmax_math.h"
+#include "common/tensor_map.h"
+#include "smem_layout.h"
+#include "stage_declaration.h"
+#include "tma.cuh"
+#include "warp_roles.cuh"
+#include "wgmma.cuh"
+
+namespace FA_STAGE_NAMESPACE {
+
+using namespace fa;
+
+// ================================ config ================================
+constexpr int kBlockQ = 128;   // Br: query rows per thread block
+constexpr int kBlockKV = 128;  // Bc: key/value rows per iteration (the n of S = Q K^T's wgmma)
+constexpr int kStages = 2;     // K/V ring slots: block j + 1 loads while block j is computed
+static_assert((kStages & (kStages - 1)) == 0, "a power of two: the ring position may wrap around 2^32");
+constexpr int kConsumerWarpgroups = kBlockQ / kWgmmaM;  // each owns 64 query rows: one wgmma m
+constexpr int kWarpgroups = 1 + kConsumerWarpgroups;     // warpgroup 0 is the producer
+constexpr int kWarps = kWarpgroups * kWarpgroupThreads / 32;
+constexpr int kThreads = kWarps * 32;
+constexpr int kConsumerWarps = kConsumerWarpgroups * kWarpgroupThreads / 32;
+constexpr int kConsumerThreads = kConsumerWarps * 32;
+static_assert(kConsumerWarpgroups == 2, "two consumer warpgroups of 64 rows");
+// Registers per thread after setmaxnreg: the block was launched with 65536 / kThreads (rounded down
+// to a multiple of 8: 168) each; what the producer returns, the consumers take.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) <= 65536,
+              "the roles' registers fit the register file");
+// Named barrier ids (0 is __syncthreads'): per consumer warpgroup c = 0, 1, its turn on the tensor
+// cores (kTurnBarrier + c, both warpgroups) and its epilogue (kEpilogueBarrier + c, its own warps).
+constexpr int kTurnBarrier = 1;
+constexpr int kEpilogueBarrier = 3;
+static_assert(kBlockKV % kWgmmaK == 0, "P V consumes keys 16 at a time");
+// Within its warpgroup's 64 rows, warp w holds rows 16w .. 16w+15 of every accumulator, and a
+// thread two of them: row lane/4 (entries 0, 1 of each n8 block) and row lane/4 + 8 (entries 2, 3);
+// see wgmma_acc_row in hopper_encoding.h.
+constexpr int kRowsPerThread = 2;
+
+// Everything else follows from the element type and the head dimension.
+template <typename T, int kHeadDim_>
+struct Config {
+  using Elem = T;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kElemsPer16B = 16 / sizeof(T);  // one 16-byte copy
+  static constexpr int kChunksPerRow = kHeadDim / kElemsPer16B;
+  static constexpr int kPanels = kHeadDim / kTmaBoxCols;  // TMA boxes per tile: one 64-column panel each
+  static constexpr int kDimSteps = kHeadDim / kWgmmaK;  // k-steps of S = Q K^T
+  static constexpr int kKeySteps = kBlockKV / kWgmmaK;  // k-steps of O += P V
+  static constexpr int kKeyTiles = kBlockKV / kMmaN;    // n8 blocks of S
+  static constexpr int kDimTiles = kHeadDim / kMmaN;    // n8 blocks of O
+  static_assert(sizeof(T) == 2, "the descriptors are written for 16-bit elements");
+};
+
+// ========================= shared-memory layout =========================
+// [ Q tile | K slot 0 .. kStages-1 | V slot 0 .. kStages-1 | O tile | barriers ], Q, K and V in
+// wgmma's 128B-swizzle layout (smem_layout.h: operand_offset), 64-column panels of rows x 128 bytes,
+// which is also what a TMA box with the 128-byte swizzle writes. O has a tile of its own
+// (tile_offset): the next tile's Q lands while this tile's O is written out.
+// The swizzle repeats every 1024 bytes from a 1024-byte boundary (the descriptors' base offset is 0,
+// and TMA requires it), so the tiles start on one: every tile and panel is a multiple of 1024
+// bytes, and the base is aligned up at run time (kAlignSlack). The mbarriers (8 bytes each) follow.
+template <typename Cfg>
+struct SharedTiles {
+  using T = typename Cfg::Elem;
+  static constexpr int kQElems = kBlockQ * Cfg::kHeadDim;
+  static constexpr int kKVElems = kBlockKV * Cfg::kHeadDim;
+  static constexpr uint32_t kQPanelBytes = kBlockQ * kSwizzle128RowBytes;  // one 64-column panel
+  static constexpr uint32_t kKVPanelBytes = kBlockKV * kSwizzle128RowBytes;
+  static constexpr uint32_t kQBytes = kQElems * sizeof(T);  // what the Q barrier expects
+  static constexpr uint32_t kKVBytes = kKVElems * sizeof(T);
+  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full, Q empty; K full, V full, K empty, V empty per slot
+  static constexpr int kAlignSlack = kSwizzle128AtomBytes;
+  static constexpr size_t kBytes =
+      2 * kQBytes + 2 * kStages * kKVBytes + kBarriers * sizeof(uint64_t) + kConsumerThreads * sizeof(float) + kAlignSlack;  // O is Q's size
+  static_assert(kQBytes % kSwizzle128AtomBytes == 0 && kKVBytes % kSwizzle128AtomBytes == 0,
+                "every tile starts on a swizzle atom");
+  static_assert(kQBytes == Cfg::kPanels * kQPanelBytes && kKVBytes == Cfg::kPanels * kKVPanelBytes,
+                "a tile is exactly its TMA boxes: the expect_tx byte counts are the tiles' sizes");
+  // Slots are picked at run time (kv_iteration % kStages): computed from one base, not kept in
+  // arrays, which a run-time index would move to local memory.
+  T* q;
+  T* o;
+  uint64_t* q_full;
+  uint64_t* q_empty;
+  uint64_t* k_full;   // [kStages]
+  uint64_t* v_full;   // [kStages]
+  uint64_t* k_empty;  // [kStages]
+  uint64_t* v_empty;  // [kStages]
+  float* softmax_fence;  // [kConsumerThreads]: see softmax_before_wait
+  __device__ explicit SharedTiles(unsigned char* raw) {
+    const uint32_t raw_address = smem_u32(raw);
+    const uint32_t aligned = (raw_address + kAlignSlack - 1) & ~static_cast<uint32_t>(kAlignSlack - 1);
+    q = reinterpret_cast<T*>(raw + (aligned - raw_address));
+    o = q + kQElems + 2 * kStages * kKVElems;
+    q_full = reinterpret_cast<uint64_t*>(o + kQElems);
+    q_empty = q_full + 1;
+    k_full = q_empty + 1;
+    v_full = k_full + kStages;
+    k_empty = v_full + kStages;
+    v_empty = k_empty + kStages;
+    softmax_fence = reinterpret_cast<float*>(v_empty + kStages);
+  }
+  __device__ T* k(int slot) const { return q + kQElems + slot * kKVElems; }
+  __device__ T* v(int slot) const { return q + kQElems + (kStages + slot) * kKVElems; }
+};
+
+// The three tensor maps (tma.cuh, hopper_encoding.h section 7), passed by value as one
+// __grid_constant__ kernel parameter: the copy engine reads them from parameter memory.
+struct TensorMaps {
+  CUtensorMap q, k, v;
+};
+
+// ============================== load tiles ==============================
+// Global -> shared, by the copy engine: one thread announces the tile's bytes on its barrier and
+// issues one box per 64-column panel, at coordinates {64 p, first row, head, batch}. The barrier's
+// phase completes when the last byte has landed.
+template <typename Cfg, int kRows>
+__device__ __forceinline__ void load_tile(typename Cfg::Elem* tile_smem, const CUtensorMap* map, uint64_t* barrier,
+                                          int row0, int head, int batch) {
+  constexpr uint32_t kPanelBytes = kRows * kSwizzle128RowBytes;
+  const uint32_t barrier_address = smem_u32(barrier);
+  mbarrier_arrive_expect_tx(barrier_address, Cfg::kPanels * kPanelBytes);
+#pragma unroll
+  for (int panel = 0; panel < Cfg::kPanels; ++panel)
+    tma_load_box(smem_u32(tile_smem) + panel * kPanelBytes, map, barrier_address, panel * kTmaBoxCols, row0, head,
+                 batch);
+}
+
+// Shared -> tensor cores: no loads into registers. A wgmma reads its shared operands through a
+// 64-bit matrix descriptor (hopper_encoding.h): start address, the byte offsets between 8-row
+// groups and between 64-column panels, the swizzle mode.
+//   Q (A of S, K-major): the warpgroup's 64 rows, head dims [16 kk, 16 kk + 16).
+//   K (B of S, K-major): all kBlockKV keys, head dims [16 kk, 16 kk + 16).
+//   V (B of P V, N-major): keys [16 kk, 16 kk + 16), all head dims.
+template <typename Cfg>
+__device__ __forceinline__ uint64_t q_descriptor(uint32_t q_rows_address, int kk) {
+  return wgmma_descriptor_k_major_sw128_panels(q_rows_address, SharedTiles<Cfg>::kQPanelBytes, kk);
+}
+template <typename Cfg>
+__device__ __forceinline__ uint64_t k_descriptor(uint32_t k_address, int kk) {
+  return wgmma_descriptor_k_major_sw128_panels(k_address, SharedTiles<Cfg>::kKVPanelBytes, kk);
+}
+template <typename Cfg>
+__device__ __forceinline__ uint64_t v_descriptor(uint32_t v_address, int kk) {
+  return wgmma_descriptor_mn_major_sw128(v_address, SharedTiles<Cfg>::kKVPanelBytes, kk);
+}
+
+// ============================== S = Q K^T ===============================
+// One m64n128k16 per 16 head dims, all in one commit group; the first overwrites (scale-d = 0),
+// so S needs no clearing. Only issued: the caller decides when to wait (and fences before).
+template <typename Cfg>
+__device__ __forceinline__ void issue_scores(float (&s_acc)[Cfg::kKeyTiles][4], uint32_t q_rows_address,
+                                             uint32_t k_address) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kDimSteps; ++kk)
+    Wgmma<typename Cfg::Elem, kBlockKV>::ss(s_acc, q_descriptor<Cfg>(q_rows_address, kk),
+                                            k_descriptor<Cfg>(k_address, kk), /*scale_d=*/kk > 0);
+  wgmma_commit_group();
+}
+
+// ======================== online softmax update =========================
+// The running state of the rows this thread holds, in fp32.
+struct RowState {
+  float max[kRowsPerThread];  // the largest raw (unscaled) score seen so far
+  float sum[kRowsPerThread];  // this thread's share of the row sum; the quad adds them at the end
+};
+
+__device__ __forceinline__ void init_row_state(RowState& state) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    state.max[r] = -INFINITY;
+    state.sum[r] = 0.0f;
+  }
+}
+
+// Row r's largest score in this K/V block, over the whole row (its 4 lanes).
+template <typename Cfg>
+__device__ __forceinline__ float block_row_max(const float (&s_acc)[Cfg::kKeyTiles][4], int r) {
+  float block_max = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < Cfg::kKeyTiles; ++n) block_max = fmaxf(block_max, fmaxf(s_acc[n][2 * r], s_acc[n][2 * r + 1]));
+  return quad_allreduce_max(block_max);
+}
+
+// Raise the running max (of raw scores: a positive scale keeps their order), rescale the row sums
+// accumulated under the old max, and turn the scores into unnormalized probabilities
+// P = exp(scale * (s - max)) = exp2(s * scale_log2 - max * scale_log2): one FFMA feeding one
+// MUFU.EX2 per score. O is not touched: the previous block's P V may still be adding to it, so the
+// factor it needs is returned in `correction` for rescale_o, after that P V's wait.
+template <typename Cfg>
+__device__ __forceinline__ void online_softmax_scores(float (&s_acc)[Cfg::kKeyTiles][4], RowState& state,
+                                                      float scale_log2, float (&correction)[kRowsPerThread]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const float new_max = fmaxf(state.max[r], block_row_max<Cfg>(s_acc, r));
+    const float max_scaled = max_for_exp(new_max) * scale_log2;                 // the -inf guard (softmax_math.h)
+    correction[r] = exp2_approx(state.max[r] * scale_log2 - max_scaled);  // 0 on the first block
+    state.max[r] = new_max;
+    float block_sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < Cfg::kKeyTiles; ++n) {
+      s_acc[n][2 * r] = exp2_approx(fmaf(s_acc[n][2 * r], scale_log2, -max_scaled));
+      s_acc[n][2 * r + 1] = exp2_approx(fmaf(s_acc[n][2 * r + 1], scale_log2, -max_scaled));
+      block_sum += s_acc[n][2 * r] + s_acc[n][2 * r + 1];
+    }
+    state.sum[r] = state.sum[r] * correction[r] + block_sum;
+  }
+}
+
+// O was accumulated under the old max: scale it to the new one.
+template <typename Cfg>
+__device__ __forceinline__ void rescale_o(float (&o_acc)[Cfg::kDimTiles][4], const float (&correction)[kRowsPerThread]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r)
+#pragma unroll
+    for (int d = 0; d < Cfg::kDimTiles; ++d) {
+      o_acc[d][2 * r] *= correction[r];
+      o_acc[d][2 * r + 1] *= correction[r];
+    }
+}
+
+// Keeps the softmax above the wait for the previous P V. ptxas keeps a wgmma wait after the
+// thread's earlier shared-memory stores, but is free to hoist it above arithmetic it does not
+// depend on -- and it does: without this, 56 of a block's 66 exponentials ran after the wait
+// (cuobjdump -sass), i.e. not under P V. One store of the row sums, which need every exponential,
+// is the fence; the word (one per consumer thread) is never read.
+__device__ __forceinline__ void softmax_before_wait(uint32_t fence_address, const RowState& state) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(fence_address), "f"(state.sum[0] + state.sum[1]) : "memory");
+}
+
+// =============================== O += P V ===============================
+// P never leaves registers: the S accumulators of n8 blocks 2kk and 2kk+1 are exactly wgmma's
+// register A fragment of P for k-step kk, after packing pairs of floats to 16 bits
+// (fragment_layout.h: p_frag_s_*; hopper_encoding.h, section 6). Packed before the next S = Q K^T
+// overwrites the accumulators.
+template <typename Cfg>
+__device__ __forceinline__ void pack_p(uint32_t (&p_frag)[Cfg::kKeySteps][4], const float (&s_acc)[Cfg::kKeyTiles][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kKeySteps; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float* pair = &s_acc[p_frag_s_tile(kk, j)][p_frag_s_entry(j)];
+      p_frag[kk][j] = pack2<typename Cfg::Elem>(pair[0], pair[1]);
+    }
+}
+
+// One m64nDk16 per 16 keys, all in one commit group. Only issued: the caller waits, and keeps P's
+// registers pinned until then.
+template <typename Cfg>
+__device__ __forceinline__ void issue_pv(float (&o_acc)[Cfg::kDimTiles][4], const uint32_t (&p_frag)[Cfg::kKeySteps][4],
+                                         uint32_t v_address) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kKeySteps; ++kk)
+    Wgmma<typename Cfg::Elem, Cfg::kHeadDim>::rs(o_acc, p_frag[kk], v_descriptor<Cfg>(v_address, kk));
+  wgmma_commit_group();
+}
+
+// ========================= normalize and write O ========================
+// Divide by the row sums, convert to 16 bits, stage the warpgroup's 64 rows in shared memory (its
+// half of O's tile, once its warps have written the previous tile's rows out) and write them out
+// in coalesced 16-byte chunks. Only the warpgroup's own warps meet: the other runs on.
+template <typename Cfg>
+__device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTiles][4], RowState& state,
+                                                      typename Cfg::Elem* o_smem, typename Cfg::Elem* o_gmem,
+                                                      int64_t row_stride, int consumer_warpgroup,
+                                                      int thread_in_warpgroup) {
+  using T = typename Cfg::Elem;
+  const int warpgroup_row0 = consumer_warpgroup * kWgmmaM;
+  named_barrier_sync<kWarpgroupThreads>(kEpilogueBarrier + consumer_warpgroup);  // the previous rows have left
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const float inv_sum = 1.0f / quad_allreduce_sum(state.sum[r]);
+    const int row = warpgroup_row0 + wgmma_acc_row(thread_in_warpgroup, 2 * r);
+#pragma unroll
+    for (int d = 0; d < Cfg::kDimTiles; ++d) {
+      const int col = wgmma_acc_col(thread_in_warpgroup, 4 * d + 2 * r);
+      *reinterpret_cast<uint32_t*>(o_smem + tile_offset(row, col, Cfg::kHeadDim)) =
+          pack2<T>(o_acc[d][2 * r] * inv_sum, o_acc[d][2 * r + 1] * inv_sum);
+    }
+  }
+  named_barrier_sync<kWarpgroupThreads>(kEpilogueBarrier + consumer_warpgroup);  // the 64 rows are staged
+  constexpr int kChunks = kWgmmaM * Cfg::kChunksPerRow;
+  static_assert(kChunks % kWarpgroupThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int step = 0; step < kChunks / kWarpgroupThreads; ++step) {
+    const int i = step * kWarpgroupThreads + thread_in_warpgroup;
+    const int row = warpgroup_row0 + i / Cfg::kChunksPerRow;
+    const int col = (i % Cfg::kChunksPerRow) * Cfg::kElemsPer16B;
+    *reinterpret_cast<uint4*>(o_gmem + row * row_stride + col) =
+        *reinterpret_cast<const uint4*>(o_smem + tile_offset(row, col, Cfg::kHeadDim));
+  }
+}
+
+// ================================ kernel ================================
+// Which (batch, head, query block) tile number `tile` is: query blocks fastest, so that tiles with
+// neighbouring numbers share one head's K and V in L2.
+struct TileCoordinates {
+  int q_block, head, batch;
+};
+__device__ __forceinline__ TileCoordinates tile_coordinates(int64_t tile, int64_t num_q_blocks, int64_t heads) {
+  const int64_t batch_head = tile / num_q_blocks;
+  return {static_cast<int>(tile % num_q_blocks), static_cast<int>(batch_head % heads),
+          static_cast<int>(batch_head / heads)};
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionParams p,
+                                                             const __grid_constant__ TensorMaps maps) {
+  using Cfg = Config<T, kHeadDim>;
+
+  const int64_t num_q_blocks = p.seq_q / kBlockQ;
+  const int64_t num_tiles = num_q_blocks * p.heads * p.batch;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  SharedTiles<Cfg> smem(smem_raw);
+
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  const int num_kv_blocks = static_cast<int>(p.seq_kv / kBlockKV);  // < 2^31: K alone would need 2^44 bytes
+  // Where a K/V block sits in the ring: its position counts on through all of this block's tiles.
+  const auto slot_of = [](uint32_t position) { return static_cast<int>(position % kStages); };
+  const auto use_of = [](uint32_t position) { return position / kStages; };  // earlier fills of the slot
+
+  // Barriers: a full barrier completes when its one arrival (the producer's expect_tx) and all the
+  // bytes have come; an empty barrier when every consumer warp has arrived.
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(&maps.q);
+    prefetch_tensor_map(&maps.k);
+    prefetch_tensor_map(&maps.v);
+    mbarrier_init(smem_u32(smem.q_full), 1);
+    mbarrier_init(smem_u32(smem.q_empty), kConsumerWarps);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(smem_u32(&smem.k_full[s]), 1);
+      mbarrier_init(smem_u32(&smem.v_full[s]), 1);
+      mbarrier_init(smem_u32(&smem.k_empty[s]), kConsumerWarps);
+      mbarrier_init(smem_u32(&smem.v_empty[s]), kConsumerWarps);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();  // the barriers exist before anyone waits on them
+
+  if (warpgroup == 0) {
+    // ---- producer ----
+    setmaxnreg_dec<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      uint32_t position = 0;
+      int local_tile = 0;  // tiles this block has done
+      for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++local_tile) {
+        const TileCoordinates at = tile_coordinates(tile, num_q_blocks, p.heads);
+        for (int kv_block = 0; kv_block < num_kv_blocks; ++kv_block, ++position) {
+          const int slot = slot_of(position);
+          const uint32_t use = use_of(position);
+          // From the second use on, wait until the consumers released the previous one: its phase
+          // (use - 1) completed, parity (use - 1) % 2. K is released an iteration before V.
+          if (use > 0) mbarrier_wait(smem_u32(&smem.k_empty[slot]), (use - 1) % 2);
+          load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], kv_block * kBlockKV, at.head, at.batch);
+          if (kv_block == 0) {  // the tile's Q, once the previous tile's last S has read the old one
+            if (local_tile > 0) mbarrier_wait(smem_u32(smem.q_empty), (local_tile - 1) % 2);
+            load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, at.q_block * kBlockQ, at.head, at.batch);
+          }
+          if (use > 0) mbarrier_wait(smem_u32(&smem.v_empty[slot]), (use - 1) % 2);
+          load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], kv_block * kBlockKV, at.head, at.batch);
+        }
+      }
+    }
+  } else {
+    // ---- consumers ----
+    setmaxnreg_inc<kConsumerRegisters>();
+    const int consumer_warpgroup = warpgroup - 1;  // 0 or 1
+    const int thread_in_warpgroup = threadIdx.x % kWarpgroupThreads;
+    const int warpgroup_row0 = consumer_warpgroup * kWgmmaM;
+    // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
+    const uint32_t q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
+    const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
+    const uint32_t fence_address = smem_u32(smem.softmax_fence + threadIdx.x - kWarpgroupThreads);
+
+    // A warp releases Q, or a slot's K or V, once its warpgroup's wgmmas have read it (after their wait).
+    const auto release = [&](uint64_t* empty_barrier) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(empty_barrier));
+    };
+
+    // Turns on the tensor cores: wait for this warpgroup's, issue one step's GEMMs, hand the turn over.
+    const auto wait_turn = [&] { named_barrier_sync<kConsumerThreads>(kTurnBarrier + consumer_warpgroup); };
+    const auto pass_turn = [&] { named_barrier_arrive<kConsumerThreads>(kTurnBarrier + 1 - consumer_warpgroup); };
+    if (consumer_warpgroup == 1) pass_turn();  // warpgroup 0 goes first
+
+    uint32_t first = 0;  // ring position of the tile's first K/V block
+    int local_tile = 0;
+    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++local_tile, first += num_kv_blocks) {
+      const TileCoordinates at = tile_coordinates(tile, num_q_blocks, p.heads);
+      T* o_gmem = static_cast<T*>(p.o.data) + at.batch * p.o.batch_stride + at.head * p.o.head_stride +
+                  static_cast<int64_t>(at.q_block) * kBlockQ * p.o.seq_stride;
+      float o_acc[Cfg::kDimTiles][4] = {};
+      RowState state;
+      init_row_state(state);
+
+      // Block 0's scores, alone: there is no P V to overlap them with yet.
+      float s_acc[Cfg::kKeyTiles][4];  // not cleared: the first wgmma of issue_scores overwrites it
+      float correction[kRowsPerThread];
+      mbarrier_wait(smem_u32(smem.q_full), local_tile % 2);
+      mbarrier_wait(smem_u32(&smem.k_full[slot_of(first)]), use_of(first) % 2);
+      wgmma_fence();
+      wait_turn();
+      issue_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot_of(first))));
+      pass_turn();
+      wgmma_wait_group<0>();
+      pin_registers(s_acc);  // nothing reads S before the wait
+      release(&smem.k_empty[slot_of(first)]);
+      online_softmax_scores<Cfg>(s_acc, state, scale_log2, correction);  // O is zero: no rescale
+
+      uint32_t p_frag[Cfg::kKeySteps][4];
+      for (int kv_block = 1; kv_block < num_kv_blocks; ++kv_block) {
+        const uint32_t position = first + kv_block;
+        const int slot = slot_of(position), prev = slot_of(position - 1);
+        pack_p<Cfg>(p_frag, s_acc);  // block j - 1's P leaves S's registers
+        pin_registers(o_acc);        // the rescale and the packing happen before the fence
+        pin_registers(p_frag);
+        mbarrier_wait(smem_u32(&smem.k_full[slot]), use_of(position) % 2);
+        mbarrier_wait(smem_u32(&smem.v_full[prev]), use_of(position - 1) % 2);
+        wgmma_fence();
+        wait_turn();
+        issue_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot)));  // S_j = Q K_j^T
+        issue_pv<Cfg>(o_acc, p_frag, smem_u32(smem.v(prev)));              // O += P_{j-1} V_{j-1}
+        pass_turn();
+
+        wgmma_wait_group<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
+        pin_registers(s_acc);
+        release(&smem.k_empty[slot]);
+        online_softmax_scores<Cfg>(s_acc, state, scale_log2, correction);
+
+        softmax_before_wait(fence_address, state);
+        wgmma_wait_group<0>();  // P_{j-1} V_{j-1} is done
+        pin_registers(o_acc);   // nothing reads O before the wait
+        pin_registers(p_frag);  // P's registers stay untouched until the wgmmas that read them are done
+        release(&smem.v_empty[prev]);
+        rescale_o<Cfg>(o_acc, correction);
+      }
+      release(smem.q_empty);  // every S of the tile is done: the next tile's Q may land
+
+      // The last block's P V, alone.
+      const uint32_t last = first + num_kv_blocks - 1;
+      pack_p<Cfg>(p_frag, s_acc);
+      pin_registers(o_acc);
+      pin_registers(p_frag);
+      mbarrier_wait(smem_u32(&smem.v_full[slot_of(last)]), use_of(last) % 2);
+      wgmma_fence();
+      wait_turn();
+      issue_pv<Cfg>(o_acc, p_frag, smem_u32(smem.v(slot_of(last))));
+      pass_turn();
+      wgmma_wait_group<0>();
+      pin_registers(o_acc);
+      pin_registers(p_frag);
+      release(&smem.v_empty[slot_of(last)]);
+
+      normalize_and_write_o<Cfg>(o_acc, state, smem.o, o_gmem, p.o.seq_stride, consumer_warpgroup,
+                                 thread_in_warpgroup);
+    }
+    if (consumer_warpgroup == 0) wait_turn();  // warpgroup 1's last hand-over: both barriers as they started
+  }
+}
+
+// =============================== launcher ===============================
+Status launch(const AttentionParams& params, cudaStream_t stream);
+
+// clang-format off
+extern const StageInfo info = {
+    FA_STAGE_DECLARATION,  // from stage.json
+    kBlockQ, kBlockKV, kWarps,
+    /*head_dims=*/{64, 128}, /*dtypes=*/{DType::kFloat16, DType::kBFloat16},
+    &launch};
+// clang-format on
+
+template <typename T, int kHeadDim>
+Status launch_typed(const AttentionParams& params, cudaStream_t stream) {
+  constexpr size_t smem_bytes = SharedTiles<Config<T, kHeadDim>>::kBytes;
+  const auto kernel = attention_kernel<T, kHeadDim>;
+  // Dynamic shared memory above 48 KB needs an explicit opt-in. The attribute belongs to the
+  // current device, so it is set on every launch (a process may launch on several GPUs).
+  const cudaError_t attr_status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (attr_status != cudaSuccess) {
+    return Status::error(std::string(info.name) +
+                         ": cannot configure the kernel: " + cudaGetErrorString(attr_status));
+  }
+  // The tensor maps describe this call's tensors (address, shape, strides): encoded per launch.
+  TensorMaps maps;
+  const struct {
+    CUtensorMap* map;
+    const TensorView& view;
+    int64_t seq;
+    int box_rows;
+    const char* what;
+  } operands[] = {{&maps.q, params.q, params.seq_q, kBlockQ, "Q"},
+                  {&maps.k, params.k, params.seq_kv, kBlockKV, "K"},
+                  {&maps.v, params.v, params.seq_kv, kBlockKV, "V"}};
+  for (const auto& operand : operands) {
+    const Status encoded = encode_attention_tensor_map(operand.map, operand.view, params.batch, operand.seq,
+                                                       params.heads, kHeadDim, operand.box_rows, operand.what,
+                                                       info.name);
+    if (!encoded.ok()) return encoded;
+  }
+  // One block per SM (the kernel's registers and shared memory allow no more), or fewer if there
+  // are fewer tiles.
+  int device = 0, sm_count = 0;
+  cudaError_t device_status = cudaGetDevice(&device);
+  if (device_status == cudaSuccess)
+    device_status = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (device_status != cudaSuccess) {
+    return Status::error(std::string(info.name) + ": cannot read the SM count: " + cudaGetErrorString(device_status));
+  }
+  const int64_t tiles = (params.seq_q / kBlockQ) * params.heads * params.batch;
+  const int64_t blocks = tiles < sm_count ? tiles : sm_count;
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes, stream>>>(params, maps);
+  return launch_status(info.name);
+}
+
+Status launch(const AttentionParams& params, cudaStream_t stream) {
+  const Status valid = validate_params(params, info);
+  if (!valid.ok()) return valid;
+  const bool fp16 = params.q.dtype == DType::kFloat16;
+  if (params.head_dim == 64)
+    return fp16 ? launch_typed<__half, 64>(params, stream) : launch_typed<__nv_bfloat16, 64>(params, stream);
+  return fp16 ? launch_typed<__half, 128>(params, stream) : launch_typed<__nv_bfloat16, 128>(params, stream);
+}
+
+}  // namespace FA_STAGE_NAMESPACE
