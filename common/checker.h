@@ -17,12 +17,12 @@
 // The plain attention's error is a property of each row (its V magnitudes, how peaked its softmax
 // is), and so is the tolerance.
 //
-// Why rel_h: the plain attention and the kernel round their fp32 scores in different orders, and
-// on one row the plain attention can be luckier than its usual self (seen on the H200: stage 7 at
-// scores near 1e4, error 1.05 x its row's tolerance and far inside its head's). Its largest error
-// relative to the row's scale over the head's rows is a steadier measure of what a correct
-// computation errs by there, and it still scales with each row's own R_r, so a row of small outputs
-// is not held to a large row's absolute error.
+// Why rel_h: the plain attention and the kernel round their fp32 scores in different orders, and on
+// one row the plain attention can be luckier than its usual self (seen on the H200:
+// ampere_07_fast_softmax at scores near 1e4, error 1.05 x its row's tolerance and far inside its
+// head's). Its largest error relative to the row's scale over the head's rows is a steadier measure
+// of what a correct computation errs by there, and it still scales with each row's own R_r, so a
+// row of small outputs is not held to a large row's absolute error.
 //
 // Why the floor: the plain attention's error on a row can be exactly 0 by luck (one key, or
 // probabilities that are exact in 16 bits), while a correct kernel that rounds in another order is

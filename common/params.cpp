@@ -181,8 +181,8 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
       return Status::error(err.str());
     }
   }
-  // Positive, not just non-zero: stages 7 and later take the row max of the unscaled scores, which is
-  // the max of the scaled scores only when the scale is positive.
+  // Positive, not just non-zero: the stages from ampere_07_fast_softmax on take the row max of the
+  // unscaled scores, which is the max of the scaled scores only when the scale is positive.
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.0f) {
     err << "softmax_scale must be finite and positive (got " << p.softmax_scale << ")";
     return Status::error(err.str());

@@ -31,14 +31,15 @@ FA_HOST_DEVICE inline float exp2_approx(float x) {
 #endif
 }
 
-// Lazy rescaling (stage 30): the running max is raised -- and O and the row sum rescaled to it --
-// only when a block's max exceeds it by more than 2^kLazyRescaleLog2 in the exponent, i.e. when
-// (block_max - row_max) * scale_log2 > kLazyRescaleLog2. Below that the old max stays, and the
-// block's weights exp2(s * scale_log2 - row_max * scale_log2) are at most 2^kLazyRescaleLog2 = 256:
-// fp32 sums and O hold them, and so do the 16-bit P of P V (fp16 up to 65504, bf16 far more) with
-// the same relative rounding as weights below 1. The result is the same softmax: every weight, the
-// sum and O are relative to one max, whichever it is. A first block (row_max = -inf) and rows that
-// have seen only -inf (NaN difference) count as growing: they take the exact path.
+// Lazy rescaling (hopper_15_lazy_rescale): the running max is raised -- and O and the row sum
+// rescaled to it -- only when a block's max exceeds it by more than 2^kLazyRescaleLog2 in the
+// exponent, i.e. when (block_max - row_max) * scale_log2 > kLazyRescaleLog2. Below that the old max
+// stays, and the block's weights exp2(s * scale_log2 - row_max * scale_log2) are at most
+// 2^kLazyRescaleLog2 = 256: fp32 sums and O hold them, and so do the 16-bit P of P V (fp16 up to
+// 65504, bf16 far more) with the same relative rounding as weights below 1. The result is the same
+// softmax: every weight, the sum and O are relative to one max, whichever it is. A first block
+// (row_max = -inf) and rows that have seen only -inf (NaN difference) count as growing: they take
+// the exact path.
 constexpr float kLazyRescaleLog2 = 8.0f;
 static_assert(kLazyRescaleLog2 <= 15.0f, "weights up to 2^threshold must fit fp16 P (largest finite 65504)");
 
@@ -46,11 +47,11 @@ FA_HOST_DEVICE inline bool max_grows_too_far(float row_max, float block_max, flo
   return !((block_max - row_max) * scale_log2 <= kLazyRescaleLog2);
 }
 
-// The row max off the exponentials' path (stage 40): a block's weights, computed against the
-// running max before the block's max is known, are each at most 2^kLazyRescaleLog2 -- the bound
-// lazy rescaling keeps -- when every partial sum of them is (weights are >= 0). False for an inf
-// sum (an exponent that overflowed) and a NaN one: the caller then takes the block again, max
-// first. Modelled on the CPU by test_online_softmax.
+// The row max off the exponentials' path (hopper_16_speculative_max): a block's weights, computed
+// against the running max before the block's max is known, are each at most 2^kLazyRescaleLog2 --
+// the bound lazy rescaling keeps -- when every partial sum of them is (weights are >= 0). False for
+// an inf sum (an exponent that overflowed) and a NaN one: the caller then takes the block again,
+// max first. Modelled on the CPU by test_online_softmax.
 constexpr float kLargestLazyWeight = 256.0f;
 static_assert(kLazyRescaleLog2 == 8.0f, "kLargestLazyWeight is 2^kLazyRescaleLog2");
 

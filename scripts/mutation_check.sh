@@ -26,7 +26,7 @@
 #                   check without a sanitizer too, on a contiguous and on the mixed layout)
 #        any_length, causal, gqa, lse, alibi
 #                   tests/test_gpu_<check>: the general-attention tests, for a stage that declares
-#                   the feature (the mutants in tests/mutants/16_alibi/ are written for those)
+#                   the feature (the mutants in tests/mutants/ampere_15_alibi/ are written for those)
 # Copying the whole build tree per mutant would not work: ninja keeps a hash of every command it
 # ran, and every command of a copy names other paths, so the copy would rebuild everything.
 #

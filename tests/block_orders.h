@@ -1,5 +1,5 @@
-// Every stage's thread-block order (stages/<stage>/block_order.h, from stage 33 on), for
-// tests/test_block_order.cpp.
+// Every stage's thread-block order (stages/<track>/<stage>/block_order.h, from ampere_17_lpt_order
+// on), for tests/test_block_order.cpp.
 //
 // Each block_order.h defines block_coordinates() and group_heads() in namespace FA_STAGE_NAMESPACE.
 // CMake generates one small translation unit per stage that has one and registers it here (as for

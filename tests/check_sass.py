@@ -249,7 +249,7 @@ def wgmma_groups(kernel: sass.Kernel) -> tuple[int, int]:
     group's last HGMMA carries gsb0, the scoreboard its wait reads: at most a quarter of them. When
     ptxas cannot keep the wgmmas asynchronous (its "(C7515)" to "(C7520) Potential Performance Loss:
     wgmma.mma_async instructions are serialized" messages, which a build prints but no test reads),
-    it waits after every HGMMA, and every one carries gsb0 (stage 35's first version, call 53: 64 of
+    it waits after every HGMMA, and every one carries gsb0 (experiments_02_cross_tile's first version: 64 of
     64, launches 20-58% longer). The check allows half, a margin over any grouping we write."""
     hgmma = [i for i in kernel.instructions if i.opcode.startswith("HGMMA")]
     return len(hgmma), sum(1 for i in hgmma if "gsb0" in i.operands)

@@ -1,4 +1,5 @@
-// Every stage's tile order (stages/<stage>/schedule.h, from stage 25 on), for tests/test_schedule.cpp.
+// Every stage's tile order (stages/<track>/<stage>/schedule.h, from hopper_10_balanced_pairs on),
+// for tests/test_schedule.cpp.
 //
 // Each schedule.h defines tile_coordinates() in namespace FA_STAGE_NAMESPACE. CMake generates one
 // small translation unit per stage that has one and registers it here (one per stage, as for
@@ -13,9 +14,9 @@ struct Tile {
   int q_block, head, batch;
 };
 using TileCoordinatesFn = Tile (*)(int tile, int num_q_blocks, int heads, bool causal);
-// From stage 28: whether the launcher takes the 192-row tile at head_dim 64.
+// From hopper_13_tile_choice on: whether the launcher takes the 192-row tile at head_dim 64.
 using TileChoiceFn = bool (*)(const fa::AttentionParams& p, int block_kv, int sm_count);
-// From stage 39: whether the launcher takes the 160-key K/V block at head_dim 128.
+// experiments_03_wide_kv: whether the launcher takes the 160-key K/V block at head_dim 128.
 using KVChoiceFn = bool (*)(int64_t seq_kv, bool causal);
 
 struct StageSchedule {

@@ -2,8 +2,8 @@
 //
 // Each stage's smem_layout.h defines tile_offset() in namespace FA_STAGE_NAMESPACE. CMake generates
 // one small translation unit per stage in FA_STAGES that includes it under its own namespace and
-// registers it here. (One translation unit per stage, not one for all: stages 4-8 share a
-// byte-identical smem_layout.h, and GCC's #pragma once treats identical files with the same
+// registers it here. (One translation unit per stage, not one for all: ampere_04 to ampere_08 share
+// a byte-identical smem_layout.h, and GCC's #pragma once treats identical files with the same
 // modification time as one file, so later includes would be silently skipped.)
 #pragma once
 
@@ -16,8 +16,9 @@ struct StageLayout {
   TileOffsetFn tile_offset;
   int ldmatrix_conflict_ways;  // the layout's declared kLdmatrixConflictWays (1 or 8)
   // The layout's kTileInBoxes: true where the tile is TMA boxes of 64 rows x 64 columns, each a
-  // contiguous 8 KB (stage 34 on: O leaves through TMA stores); false (the default, for stages
-  // whose smem_layout.h does not declare it) for rows of row_elems elements one after the other.
+  // contiguous 8 KB (experiments_01_tma_store on: O leaves through TMA stores); false (the default,
+  // for stages whose smem_layout.h does not declare it) for rows of row_elems elements one after
+  // the other.
   bool tile_in_boxes;
 };
 

@@ -4,11 +4,11 @@
 //
 // The product is formed from the fragments as the PTX ISA lays them out for m16n8k8 (A: lane l,
 // register i holds row mma_a_row(l, 2 i), columns mma_a_col(l, 2 i) and + 1; B: lane l holds rows
-// mma_b_k(l, 0) and mma_b_k(l, 1) of column mma_b_n(l, 0); fragment_layout.h's m16n8k16 entries
-// 0-3 and 0-1, the first k-half), so a part in the wrong lane, half or register is caught here
-// rather than as a slightly wrong softmax on the GPU. Stage 38 builds the same B registers from a
-// shared-memory table through ldmatrix.x4 (stages/ampere/20_column_setup/column_term.h); the last case
-// reads that table as ldmatrix would and compares lane by lane.
+// mma_b_k(l, 0) and mma_b_k(l, 1) of column mma_b_n(l, 0); fragment_layout.h's m16n8k16 entries 0-3
+// and 0-1, the first k-half), so a part in the wrong lane, half or register is caught here rather
+// than as a slightly wrong softmax on the GPU. ampere_20_column_setup builds the same B registers
+// from a shared-memory table through ldmatrix.x4 (stages/ampere/20_column_setup/column_term.h); the
+// last case reads that table as ldmatrix would and compares lane by lane.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -114,10 +114,10 @@ void check_wrong_lane_is_caught(float slope_raw, float sign, int n_tile) {
   CHECK(wrong_entries<T>(slope_raw, sign, n_tile, wrong_lane) > 0);
 }
 
-// Stage 38's B registers: a table of 64 rows of 4 words (column_term_row, one row per column c),
-// read by two ldmatrix.x4 (no .trans). In an x4, matrix j's row r comes from the address of lane
-// 8 j + r, and lane l receives word l % 4 of row l / 4 of matrix j in its register j (PTX ISA,
-// ldmatrix). The address lane l gives for the x4 of n-tiles 4 h .. 4 h + 3 is row
+// ampere_20_column_setup's B registers: a table of 64 rows of 4 words (column_term_row, one row per
+// column c), read by two ldmatrix.x4 (no .trans). In an x4, matrix j's row r comes from the address
+// of lane 8 j + r, and lane l receives word l % 4 of row l / 4 of matrix j in its register j (PTX
+// ISA, ldmatrix). The address lane l gives for the x4 of n-tiles 4 h .. 4 h + 3 is row
 // column_term_table_row(h, l); `matrix_shift` rotates the matrices (1: the negative control).
 template <typename T>
 struct TableThroughLdmatrix {
@@ -163,7 +163,7 @@ TEST_CASE("alibi column term: fp16's bound keeps every part finite", "[alibi][co
   CHECK(ColumnTermFormat<__half>::kMaxColumnTerm < 65504.0f);
 }
 
-TEST_CASE("alibi column term: stage 38's table read by ldmatrix.x4 gives every lane stage 36's B register", "[alibi][column_term]") {
+TEST_CASE("alibi column term: ampere_20_column_setup's table read by ldmatrix.x4 gives every lane ampere_18_alibi_mma's B register", "[alibi][column_term]") {
   for (float a : kSlopes) {
     const TableThroughLdmatrix<__half> table_fp16(a, 0);
     const TableThroughLdmatrix<__nv_bfloat16> table_bf16(a, 0);

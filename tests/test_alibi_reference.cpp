@@ -18,6 +18,7 @@
 #include "common/reference.h"
 #include "common/registry.h"
 #include "fa_catch.h"
+#include "valid_params.h"
 #include "host_tensors.h"
 
 using fa::DType;
@@ -152,20 +153,8 @@ TEST_CASE("alibi: only a stage that declares it accepts slopes; alignment, batch
           "[validation][alibi]") {
   int declaring = 0;
   for (const fa::StageInfo* stage : fa::registered_stages()) {
-    fa::AttentionParams p;
-    p.batch = 2;
-    p.heads = 4;
-    p.kv_heads = 4;
-    p.seq_q = p.seq_kv = 2 * stage->block_q * stage->block_kv;
-    p.head_dim = stage->head_dims.front();
-    p.softmax_scale = fa::default_softmax_scale(p.head_dim);
-    for (fa::TensorView* t : {&p.q, &p.k, &p.v, &p.o}) {
-      t->data = reinterpret_cast<void*>(uintptr_t{0x10000000});  // never dereferenced
-      t->dtype = stage->dtypes.front();
-      t->head_stride = p.head_dim;
-      t->seq_stride = p.heads * p.head_dim;
-      t->batch_stride = p.seq_q * p.heads * p.head_dim;
-    }
+    const int64_t seq = 2 * stage->block_q * stage->block_kv;
+    fa::AttentionParams p = fa_test::valid_params(*stage, 2, 4, seq, seq);
     INFO("stage " << stage->name);
     REQUIRE(fa::validate_params(p, *stage).ok());
     p.alibi.data = reinterpret_cast<const float*>(uintptr_t{0x30000000});
@@ -218,10 +207,10 @@ TEST_CASE("alibi: only a stage that declares it accepts slopes; alignment, batch
 }
 
 TEST_CASE("alibi: the kernel's distance of each accumulator entry is i + seq_kv - seq_q - j", "[alibi]") {
-  // Stage 16 computes, per thread and K/V block, the distance of its entry (m 0, n 0, e 0) and adds a
-  // compile-time constant per entry (add_alibi_bias). Here the same arithmetic, for every lane,
-  // warp, m-tile, key n-tile and entry of a few blocks, against the row and key the fragment layout
-  // says the entry holds.
+  // ampere_15_alibi computes, per thread and K/V block, the distance of its entry (m 0, n 0, e 0)
+  // and adds a compile-time constant per entry (add_alibi_bias). Here the same arithmetic, for
+  // every lane, warp, m-tile, key n-tile and entry of a few blocks, against the row and key the
+  // fragment layout says the entry holds.
   constexpr int kBlockQ = 128, kBlockKV = 64, kRowsPerWarp = 32;
   for (const auto& [seq_q, seq_kv] : {std::pair<int64_t, int64_t>{300, 333}, {333, 200}, {1, 1000}}) {
     const int64_t diagonal_offset = seq_kv - seq_q;

@@ -8,6 +8,7 @@
 #include "common/params.h"
 #include "common/registry.h"
 #include "fa_catch.h"
+#include "valid_params.h"
 
 using fa::AttentionParams;
 using fa::StageInfo;
@@ -16,29 +17,6 @@ namespace {
 
 bool declares_any_length(const StageInfo& stage) {
   return (stage.features & fa::kFeatureAnyLength) != 0;
-}
-
-// Contiguous [batch, seq, heads, head_dim] tensors of the given lengths, at fake aligned addresses.
-AttentionParams params_of(const StageInfo& stage, int64_t batch, int64_t heads, int64_t seq_q,
-                          int64_t seq_kv) {
-  AttentionParams p;
-  p.batch = batch;
-  p.heads = heads;
-  p.kv_heads = heads;
-  p.seq_q = seq_q;
-  p.seq_kv = seq_kv;
-  p.head_dim = stage.head_dims.front();
-  p.softmax_scale = fa::default_softmax_scale(p.head_dim);
-  fa::TensorView* tensors[4] = {&p.q, &p.k, &p.v, &p.o};
-  const int64_t seqs[4] = {seq_q, seq_kv, seq_kv, seq_q};
-  for (int i = 0; i < 4; ++i) {
-    tensors[i]->data = reinterpret_cast<void*>(uintptr_t{0x10000000} * (i + 1));
-    tensors[i]->dtype = stage.dtypes.front();
-    tensors[i]->head_stride = p.head_dim;
-    tensors[i]->seq_stride = heads * p.head_dim;
-    tensors[i]->batch_stride = seqs[i] * heads * p.head_dim;
-  }
-  return p;
 }
 
 constexpr int64_t kLengths[] = {1, 7, 63, 64, 65, 127, 129, 1000, 4097};
@@ -56,7 +34,7 @@ TEST_CASE("a stage that declares any_length accepts every length; the others rej
   for (const StageInfo* stage : fa::registered_stages()) {
     for (int64_t seq_q : kLengths) {
       for (int64_t seq_kv : kLengths) {
-        const fa::Status status = fa::validate_params(params_of(*stage, 2, 3, seq_q, seq_kv), *stage);
+        const fa::Status status = fa::validate_params(fa_test::valid_params(*stage, 2, 3, seq_q, seq_kv), *stage);
         INFO("stage " << stage->name << " (block_q " << stage->block_q << ", block_kv " << stage->block_kv
                       << "), seq_q " << seq_q << ", seq_kv " << seq_kv << ": \"" << status.message << "\"");
         if (declares_any_length(*stage)) {
@@ -84,13 +62,13 @@ TEST_CASE("any_length: the grid limit counts the partial query block", "[validat
     // 1024 x 1024 x 2048 = 2^31 query blocks once the partial last block is counted: one too many
     // (counting only whole blocks would give 2^31 - 2^20 and accept it).
     const int64_t seq_q = int64_t{stage->block_q} * 2048 - 1;
-    const fa::Status too_many = fa::validate_params(params_of(*stage, 1024, 1024, seq_q, 64), *stage);
+    const fa::Status too_many = fa::validate_params(fa_test::valid_params(*stage, 1024, 1024, seq_q, 64), *stage);
     INFO("\"" << too_many.message << "\"");
     CHECK_FALSE(too_many.ok());
     CHECK_THAT(too_many.message, Catch::Contains("2^31-1"));
     // 2047 blocks per (batch, head), the last one partial, fit.
     const fa::Status fits =
-        fa::validate_params(params_of(*stage, 1024, 1024, int64_t{stage->block_q} * 2047 - 1, 64), *stage);
+        fa::validate_params(fa_test::valid_params(*stage, 1024, 1024, int64_t{stage->block_q} * 2047 - 1, 64), *stage);
     INFO("\"" << fits.message << "\"");
     CHECK(fits.ok());
   }
@@ -101,8 +79,8 @@ TEST_CASE("any_length still rejects lengths below 1", "[validation][any_length]"
     if (!declares_any_length(*stage)) continue;
     for (int64_t bad : {int64_t{0}, int64_t{-1}, int64_t{-65}}) {
       INFO("stage " << stage->name << ", length " << bad);
-      const fa::Status q = fa::validate_params(params_of(*stage, 2, 3, bad, 65), *stage);
-      const fa::Status kv = fa::validate_params(params_of(*stage, 2, 3, 65, bad), *stage);
+      const fa::Status q = fa::validate_params(fa_test::valid_params(*stage, 2, 3, bad, 65), *stage);
+      const fa::Status kv = fa::validate_params(fa_test::valid_params(*stage, 2, 3, 65, bad), *stage);
       CHECK_THAT(q.message, Catch::Contains("sizes must be positive"));
       CHECK_THAT(kv.message, Catch::Contains("sizes must be positive"));
     }

@@ -18,7 +18,8 @@
   choose_timing       --no-reference falls back to separate, with a line saying why
   interleaved.py      its own time_case, on a fake PyTorch and a fake library, with the options
                       bench.py passes: the names and ratios it writes, the tables it prints, and
-                      bench.py reading a progress key and a planned result from each of its rows
+                      bench.py reading a progress key and a planned result from each of its rows;
+                      a stage named by its id or its <track>_NN
   a whole run         bench.py with a fake fa_run (tests/test_plots.py's) and a fake interleaved.py
                       that parses its options with interleaved.py's own parser: the CSV's rows,
                       statuses, ratios, timing and method, one progress line per check and per time
@@ -123,19 +124,19 @@ check("checked_rounds: a stage failing at S = 1000 runs beside 1024 no more, sti
       == [([1024, 2048, 8192], ["01_a", "02_b", "03_c"], ["03_c"]), ([4096], ["01_a", "02_b", "03_c"], ["02_b", "03_c"])])
 
 # --- interleaved.py's names, tables and rows ------------------------------------------------------
-check("rounds_impl", [bench.rounds_impl(n, "causal") for n in ("ampere_15_alibi+alibi", "22_any@1000", "fa2@4000", "cudnn")]
-      == [("ampere_15_alibi", "alibi", None), ("22_any", "any_length", 1000), ("fa2", "any_length", 4000),
+check("rounds_impl", [bench.rounds_impl(n, "causal") for n in ("ampere_15_alibi+alibi", "hopper_07_any_length@1000", "fa2@4000", "cudnn")]
+      == [("ampere_15_alibi", "alibi", None), ("hopper_07_any_length", "any_length", 1000), ("fa2", "any_length", 4000),
           ("cudnn", "causal", None)])
-row_format = "%-26s %10s %10s %8s %6s/%-6s %6s/%-6s  %s"  # interleaved.py's table row
+row_format = "%-34s %10s %10s %8s %6s/%-6s %6s/%-6s  %s"  # interleaved.py's table row
 lines = ["# gpu=FAKE; method=interleaved: 5 warm-up and 20 timed rounds", "",
          "fp16, head_dim 128, [16, 1024, 32, 128]",
-         "%-26s %10s %10s %8s %13s %13s  %s" % ("impl", "median_ms", "min_ms", "TFLOP/s", "% FA2 med/min",
+         "%-34s %10s %10s %8s %13s %13s  %s" % ("impl", "median_ms", "min_ms", "TFLOP/s", "% FA2 med/min",
                                                "% cuDNN m/m", "status"),
          row_format % ("02_b", "0.9", "0.8", "300.0", "90.0", "91.0", "50.0", "51.0", "PASS"),
          row_format % ("02_b+alibi", "-", "-", "-", "-", "-", "-", "-", "FAIL: 4 rows x 32 heads x 16 batches"),
          row_format % ("fa2@1000", "0.8", "0.8", "300.0", "100.0", "100.0", "55.0", "55.0", "PASS"),
-         "%-26s ALiBi costs +1.0%% (medians), +1.1%% (minima)" % "02_b",
-         "%-26s S = 1000 runs at 97.0%% (medians), 96.0%% (minima) of the TFLOP/s at S = 1024" % "02_b"]
+         "%-34s ALiBi costs +1.0%% (medians), +1.1%% (minima)" % "02_b",
+         "%-34s S = 1000 runs at 97.0%% (medians), 96.0%% (minima) of the TFLOP/s at S = 1024" % "02_b"]
 table = bench.RoundsTable("headline")
 keys = [table(line) for line in lines]
 check("RoundsTable: a progress key per implementation row, none for titles and summary lines (%r)" % (keys,),
@@ -250,7 +251,7 @@ class FakeTorch:
 
 class FakeLib:
     def stage_names(self):
-        return ["ampere_15_alibi", "22_any"]
+        return ["ampere_15_alibi", "hopper_07_any_length"]
 
     def params(self, q, k, v, o, causal=False, alibi=None):
         return q.shape[1], alibi is not None
@@ -268,7 +269,7 @@ def sdpa_kernel(backend):
 attention = types.ModuleType("torch.nn.attention")
 attention.sdpa_kernel = sdpa_kernel
 args, _, _ = plan()
-run = R("headline", "fp16", 128, [1024, 2048], ["ampere_15_alibi", "22_any"], ["ampere_15_alibi"], [1000, 0], ["22_any"], True)
+run = R("headline", "fp16", 128, [1024, 2048], ["ampere_15_alibi", "hopper_07_any_length"], ["ampere_15_alibi"], [1000, 0], ["hopper_07_any_length"], True)
 options = interleaved.parse_args(bench.interleaved_command(args, run, "x.csv")[2:])
 printed, timed_rows = io.StringIO(), []
 with mock.patch.dict(sys.modules, {"torch": types.ModuleType("torch"), "torch.nn": types.ModuleType("torch.nn"),
@@ -281,12 +282,19 @@ with mock.patch.dict(sys.modules, {"torch": types.ModuleType("torch"), "torch.nn
         contextlib.redirect_stdout(printed):
     for seq in options.seqs:
         timed_rows += interleaved.time_case(FakeTorch, FakeLib(), options, "fp16", 128, seq)[0]
+    short = interleaved.parse_args(["--stages", "hopper_07,ampere_15_alibi", "--alibi-stages", "ampere_15",
+                                    "--seqs", "1024", "--references", ""])
+    with contextlib.redirect_stdout(io.StringIO()):  # its tables are not the ones bench.py reads below
+        short_rows = interleaved.time_case(FakeTorch, FakeLib(), short, "fp16", 128, 1024)[0]
+check("interleaved.py: a stage named by its id or its <track>_NN, its rows by its id (%r)"
+      % [r["impl"] for r in short_rows],
+      [r["impl"] for r in short_rows] == ["hopper_07_any_length", "ampere_15_alibi", "ampere_15_alibi+alibi"])
 names = [r["impl"] for r in timed_rows]
 check("interleaved.py with bench.py's options: the stages, their ALiBi variants, the references; at 1024 also "
       "the any-length stage and the references at 1000 (%r)" % names,
-      names == ["ampere_15_alibi", "ampere_15_alibi+alibi", "22_any", "fa2", "cudnn", "22_any@1000", "fa2@1000", "cudnn@1000",
-                "ampere_15_alibi", "ampere_15_alibi+alibi", "22_any", "fa2", "cudnn"])
-odd = timed_rows[names.index("22_any@1000")]
+      names == ["ampere_15_alibi", "ampere_15_alibi+alibi", "hopper_07_any_length", "fa2", "cudnn", "hopper_07_any_length@1000", "fa2@1000", "cudnn@1000",
+                "ampere_15_alibi", "ampere_15_alibi+alibi", "hopper_07_any_length", "fa2", "cudnn"])
+odd = timed_rows[names.index("hopper_07_any_length@1000")]
 check("interleaved.py: a stage at the paired length against FA2 and cuDNN at that length, same rounds",
       (odd["seq_q"], odd["pct_of_fa2"], odd["pct_of_cudnn"]) == (1000, "200.00", "50.00"))
 table = bench.RoundsTable("headline")
@@ -297,8 +305,8 @@ timed = bench.rounds_rows(args, run, timed_rows, "missing")
 check("bench.py maps every row interleaved.py writes to the result it planned",
       set(timed) == set(bench.rounds_results(run)) and all(r["status"] == "PASS" for r in timed.values()))
 check("interleaved.py says the ALiBi cost and the any-length ratio of the same rounds",
-      "ampere_15_alibi                   ALiBi costs +2.0% (medians)" in printed.getvalue()
-      and "22_any                     S = 1000 runs at 97.7% (medians)" in printed.getvalue())
+      "%-34s ALiBi costs +2.0%% (medians)" % "ampere_15_alibi" in printed.getvalue()
+      and "%-34s S = 1000 runs at 97.7%% (medians)" % "hopper_07_any_length" in printed.getvalue())
 
 # --- a whole run with a fake fa_run and a fake interleaved.py ---------------------------------------
 FAKE_INTERLEAVED = r'''
@@ -326,7 +334,7 @@ for dtype in args.dtypes:
             for name, length, f in impls:
                 status = "FAIL: fake sampled rows" if "%%s@%%d" %% (name, seq) in failing else "PASS"
                 ms = "%%g" %% (0.001 * length * f) if status == "PASS" else ""
-                print("%%-26s %%10s %%10s  %%s" %% (name, ms or "-", ms or "-", status))
+                print("%%-34s %%10s %%10s  %%s" %% (name, ms or "-", ms or "-", status))
                 rows.append(dict(impl=name, kind="reference" if name.split("@")[0] in factor else "stage", dtype=dtype,
                                  head_dim=head_dim, batch=args.batch, heads=args.heads, kv_heads=args.kv_heads,
                                  causal=int(args.causal), alibi=int("+alibi" in name), seq_q=length, seq_kv=length,

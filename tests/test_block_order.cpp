@@ -1,8 +1,9 @@
-// The order in which a non-persistent stage's thread blocks start (stages/<stage>/block_order.h, from
-// stage 33 on), on the CPU: every (batch x head, query block) comes exactly once; groups of one
-// head are the parent's order; under causal each group of heads comes longest first and its K and V
-// fit in the stage's share of L2; and the reason for it all -- a list scheduler that starts the
-// blocks in this order on the H200's slots ends sooner than with the parent's order.
+// The order in which a non-persistent stage's thread blocks start
+// (stages/<track>/<stage>/block_order.h, from ampere_17_lpt_order on), on the CPU: every
+// (batch x head, query block) comes exactly once; groups of one head are the parent's order; under
+// causal each group of heads comes longest first and its K and V fit in the stage's share of L2;
+// and the reason for it all -- a list scheduler that starts the blocks in this order on the H200's
+// slots ends sooner than with the parent's order.
 #include <algorithm>
 #include <functional>
 #include <queue>
@@ -16,8 +17,9 @@ namespace {
 using block_orders::Block;
 using block_orders::StageBlockOrder;
 
-// The parent's order under causal (stage 32): query blocks fastest, the last first, one head after
-// another. (Without causal the kernels keep stage 32's order and do not call block_coordinates.)
+// The parent's order under causal (ampere_16_skip_padding): query blocks fastest, the last first,
+// one head after another. (Without causal the kernels keep that order and do not call
+// block_coordinates.)
 Block parent_order(int block, int n) {
   return {n - 1 - block % n, block / n};
 }
@@ -133,7 +135,8 @@ TEST_CASE(
 
 TEST_CASE("block order: a list scheduler ends sooner with the groups than with the parent's order") {
   // [16, S, 32, D] causal, 128-row query blocks, 64-key K/V blocks; two thread blocks per SM on the
-  // H200's 132 SMs (stage 32's registers and shared memory), each slot as fast as any other.
+  // H200's 132 SMs (ampere_16_skip_padding's registers and shared memory), each slot as fast as any
+  // other.
   for (int s = 0; s < block_orders::kStageBlockOrderCount; ++s) {
     const StageBlockOrder& stage = *block_orders::kStageBlockOrders[s];
     INFO("stage " << stage.stage);

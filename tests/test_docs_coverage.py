@@ -3,17 +3,18 @@
 
     python3 tests/test_docs_coverage.py [--repo DIR]
 
-The stages are those of tools/stages.py (every stages/NN_name/stage.json, the list CMake builds).
-For each one:
+The stages are those of tools/stages.py (every stages/<track>/NN_name/stage.json, the list CMake
+builds), named by their ids, <track>_NN_name (e.g. `ampere_07_fast_softmax`). For each one:
 
-  * docs/stages/<name>.md exists (its page: the idea, the diff against its parent, the numbers);
-  * the stage table of README.md (the first table after the heading "## The stages") has a row
-    that names it, and exactly one;
+  * its page docs/stages/<track>/NN_name.md exists (the idea, the diff against its parent, the
+    numbers);
+  * the README's tracks section (between <!-- tracks:begin --> and <!-- tracks:end -->, generated
+    by tools/plot.py) has, under its track's heading, a table with exactly one row naming it, the
+    rows in track order, the tracks in the order of stages/tracks.json;
   * docs/algorithm.md names it (where the algorithm explains what each stage changes).
 
-And the other way round: a README table row or a docs/stages/*.md page naming a stage folder
-(NN_name) that has no stage.json is reported too, so a renamed or removed stage leaves nothing
-stale behind. A stage is "named" by its folder name, e.g. `ampere_07_fast_softmax`.
+And the other way round: a README row or a page under docs/stages/ of no stage is reported too,
+so a renamed or removed stage leaves nothing stale behind.
 
 Exit 0 if all hold, 1 otherwise (each missing piece listed). Needs no build and no GPU; CTest label
 cpu;docs. Standard library only.
@@ -30,63 +31,67 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 import stages  # noqa: E402  (tools/stages.py)
 
-STAGE_NAME = re.compile(r"\b\d\d_[a-z0-9_]*[a-z0-9]\b")
+STAGE_ID = re.compile(r"\b[a-z]+_\d\d_[a-z0-9_]*[a-z0-9]\b")
 
 
-def readme_stage_rows(readme: str) -> list[str] | None:
-    """The rows (without the header and separator) of the first table after '## The stages'."""
-    heading = re.search(r"^## The stages\s*$", readme, re.M)
-    if heading is None:
+def readme_tracks(readme: str) -> list[tuple[str, list[str]]] | None:
+    """[(heading, table rows)] of the README's tracks section, a heading per '### ' line; the rows
+    without the header and separator. None without the section."""
+    begin, end = "<!-- tracks:begin -->", "<!-- tracks:end -->"
+    if readme.count(begin) != 1 or readme.count(end) != 1:
         return None
-    rows: list[str] = []
-    for line in readme[heading.end():].splitlines():
-        if line.startswith("|"):
-            rows.append(line)
-        elif rows:
-            break  # the table ended
-        elif line.startswith("#"):
-            return None  # the next section began before any table
-    return rows[2:] if len(rows) >= 2 else None
-
-
-def names_in(text: str) -> set[str]:
-    return set(STAGE_NAME.findall(text))
+    section = readme.split(begin, 1)[1].split(end, 1)[0]
+    parts = re.split(r"^### (.+)$", section, flags=re.M)
+    out = []
+    for heading, body in zip(parts[1::2], parts[2::2]):
+        table = [line for line in body.splitlines() if line.startswith("|")]
+        out.append((heading.strip(), table[2:]))
+    return out
 
 
 def check(repo: Path) -> list[str]:
-    declared = [s.name for s in stages.all_stages(repo / "stages")]
+    declared = stages.all_stages(repo / "stages")
+    names = [s.name for s in declared]
     problems: list[str] = []
     if not declared:
-        return ["no stages/*/stage.json in %s" % repo]
+        return ["no stages/<track>/*/stage.json in %s" % repo]
 
-    pages = repo / "docs" / "stages"
-    for name in declared:
-        if not (pages / (name + ".md")).is_file():
-            problems.append("docs/stages/%s.md: missing (every stage needs a page)" % name)
-    if pages.is_dir():
-        for page in sorted(pages.glob("*.md")):
-            if page.stem not in declared:
-                problems.append("docs/stages/%s: no stages/%s/stage.json" % (page.name, page.stem))
+    pages = {(repo / s.page).resolve() for s in declared}
+    for stage in declared:
+        if not (repo / stage.page).is_file():
+            problems.append("%s: missing (every stage needs a page)" % stage.page)
+    for page in sorted((repo / "docs" / "stages").glob("**/*.md")):
+        if page.resolve() not in pages:
+            problems.append("%s: no stage has this page (stages/<track>/NN_name/stage.json)"
+                            % page.relative_to(repo))
 
     readme_path = repo / "README.md"
-    rows = readme_stage_rows(readme_path.read_text(encoding="utf-8")) if readme_path.is_file() else None
-    if rows is None:
-        problems.append("README.md: no stage table (a table after the heading '## The stages')")
+    tracks = readme_tracks(readme_path.read_text(encoding="utf-8")) if readme_path.is_file() else None
+    if tracks is None:
+        problems.append("README.md: no tracks section (<!-- tracks:begin --> ... <!-- tracks:end -->)")
     else:
-        for name in declared:
-            hits = sum(1 for row in rows if name in names_in(row))
-            if hits != 1:
-                problems.append("README.md: the stage table has %d rows naming %s (needs exactly one)" % (hits, name))
-        for row in rows:
-            for name in sorted(names_in(row) - set(declared)):
-                problems.append("README.md: the stage table names %s, which has no stages/%s/stage.json" % (name, name))
+        expected = [t for t in stages.tracks(repo / "stages") if any(s.track == t.name for s in declared)]
+        if [h for h, _ in tracks] != [t.title for t in expected]:
+            problems.append("README.md: the tracks section's headings are %s, not the tracks %s"
+                            % ([h for h, _ in tracks], [t.title for t in expected]))
+        for track, (heading, rows) in zip(expected, tracks):
+            mine = [s.name for s in declared if s.track == track.name]
+            named = [STAGE_ID.findall(row.split("|")[1]) for row in rows]
+            listed = [n[0] for n in named if n]
+            if listed != mine:
+                problems.append("README.md: the %s table has the rows %s, not one per stage in track order %s"
+                                % (heading, listed, mine))
+        for heading, rows in tracks:
+            for row in rows:
+                for name in sorted(set(STAGE_ID.findall(row.split("|")[1])) - set(names)):
+                    problems.append("README.md: the %s table names %s, which is not a stage" % (heading, name))
 
     algorithm_path = repo / "docs" / "algorithm.md"
     if not algorithm_path.is_file():
         problems.append("docs/algorithm.md: missing")
     else:
-        mentioned = names_in(algorithm_path.read_text(encoding="utf-8"))
-        for name in declared:
+        mentioned = set(STAGE_ID.findall(algorithm_path.read_text(encoding="utf-8")))
+        for name in names:
             if name not in mentioned:
                 problems.append("docs/algorithm.md: does not name %s" % name)
     return problems
@@ -103,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print("\n%d problem(s) in the docs of %d stages" % (len(problems), count))
         return 1
-    print("every one of the %d stages has its page, its README row and its place in docs/algorithm.md" % count)
+    print("every one of the %d stages has its page, its row in its track's README table and its place in "
+          "docs/algorithm.md" % count)
     return 0
 
 

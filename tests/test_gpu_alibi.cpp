@@ -112,7 +112,7 @@ TEST_CASE("alibi: negative slopes, the farthest keys weigh most", "[gpu][alibi]"
                        {}, slopes_all(-0.05f, false));
 }
 
-TEST_CASE("alibi: K/V blocks wholly left and right of the diagonal, where stage 36 adds the bias on the tensor cores",
+TEST_CASE("alibi: K/V blocks wholly left and right of the diagonal, where ampere_18_alibi_mma adds the bias on the tensor cores",
           "[gpu][alibi]") {
   // 640: query blocks whose K/V blocks lie on both sides; 333 / 1000: the diagonal offset moves them
   // (and puts every block of some query blocks on one side). q = 0 with slope 8 leaves only the

@@ -108,8 +108,8 @@ TEST_CASE("any length: seq_q != seq_kv, both ways", "[gpu][any_length]") {
 }
 
 // A last K/V block (64 keys in the 128 x 64 stages) holding 16 and 17, 32 and 33, 48 and 49 keys:
-// each count of 16-key groups that stage 32 compiles a step for, at both edges of the count. (The
-// lengths above leave 1, 40 or 63 keys in the last block: 1, 3 or 4 groups.)
+// each count of 16-key groups that ampere_16_skip_padding compiles a step for, at both edges of the
+// count. (The lengths above leave 1, 40 or 63 keys in the last block: 1, 3 or 4 groups.)
 TEST_CASE("any length: every count of 16-key groups in the last K/V block", "[gpu][any_length]") {
   for (int64_t seq_kv : {80, 81, 96, 97, 112, 113})
     check_any_length_stages("seq_q 129, seq_kv " + std::to_string(seq_kv), 129, seq_kv, every_real_score_negative);

@@ -447,10 +447,10 @@ TEST_CASE("scores reaching +/-1e4", "[gpu][hardening][numerics]") {
   // Scaled scores are q.k / sqrt(D) ~ N(0, (q_std k_std)^2) = N(0, 2500^2): over 2 x 256 x 512
   // scores per problem they reach beyond +/-1e4 (4 sigma; the test confirms it), with inputs of at
   // most about +/-250, far inside the fp16 range; the raw dot products (up to ~1.3e5) stay exact
-  // enough in fp32. The softmax of such rows is nearly one-hot: near ties decide the error.
-  // Stages 7-10 carry an extra error of up to ~3.4e-4 relative on rows dominated by one key
-  // (exp2 of s * c - round(m * c) is 2^r, not 1, at the maximum; see the equal-scores test below),
-  // which can bring them close to the tolerance here.
+  // enough in fp32. The softmax of such rows is nearly one-hot: near ties decide the error. The
+  // stages from ampere_07_fast_softmax on carry an extra error of up to ~3.4e-4 relative on rows
+  // dominated by one key (exp2 of s * c - round(m * c) is 2^r, not 1, at the maximum; see the
+  // equal-scores test below), which can bring them close to the tolerance here.
   ProblemConfig config = shape(1, 2, 256, 512, DType::kFloat16, 64, 104);
   config.q_std = 50.0f;
   config.k_std = 50.0f;
@@ -512,12 +512,13 @@ TEST_CASE("all scores of a row equal: the output is the mean of V", "[gpu][harde
   // without the max subtraction the row would be inf / inf). In every case the output is the plain
   // mean of V over the keys.
   //
-  // Why 500 and not 1e4: stages 7-10 compute p = exp2(s * c - round(m * c)), so at equal scores
-  // every p is 2^r with r the rounding error of m * c (up to 2^-11 at m * c ~ 1.4e4). P V uses p
-  // rounded to 16 bits (1 or a neighbour of 1) but the row sum adds the fp32 p, so the output is
-  // off by up to ~3.4e-4 relative: about one fp16 ulp, as large as this case's whole tolerance (the
-  // plain attention's P = 1/seq_kv is exact here, so its error is only the final rounding). At
-  // ~500 (m * c ~ 720) the effect is 16 times smaller. Scores near +/-1e4 are tested above.
+  // Why 500 and not 1e4: the stages from ampere_07_fast_softmax on compute
+  // p = exp2(s * c - round(m * c)), so at equal scores every p is 2^r with r the rounding error of
+  // m * c (up to 2^-11 at m * c ~ 1.4e4). P V uses p rounded to 16 bits (1 or a neighbour of 1) but
+  // the row sum adds the fp32 p, so the output is off by up to ~3.4e-4 relative: about one fp16
+  // ulp, as large as this case's whole tolerance (the plain attention's P = 1/seq_kv is exact here,
+  // so its error is only the final rounding). At ~500 (m * c ~ 720) the effect is 16 times smaller.
+  // Scores near +/-1e4 are tested above.
   ProblemConfig config = shape(2, 2, 256, 512, DType::kFloat16, 64, 106);
   run_scenario(
       "equal scores", config,
@@ -956,9 +957,10 @@ TEST_CASE("general-attention features all on: the row maximum rising in every K/
   // declares (causal, GQA, the LSE, ALiBi) on lengths that are not tile multiples, and the scores
   // ramp up with the key: k[j][0] = R j / seq_kv, q[0] = +R, so each row's maximum grows by about
   // 60 x 64 / 333 = 11.5 (natural log) from one 64-key block to the next (23 per 128-key block),
-  // beyond 2^8 in the weights. Every K/V block then moves the running maximum -- the causal diagonal
-  // block and the partial last block as well, which take the masked step: in stages 30-41 the
-  // rescale there, in 40 and 41 the block done again with its mask (stage 41: on the warp alone).
+  // beyond 2^8 in the weights. Every K/V block then moves the running maximum -- the causal
+  // diagonal block and the partial last block as well, which take the masked step: in the stages
+  // with lazy rescaling the rescale there, in hopper_16_speculative_max and hopper_17_warp_redo the
+  // block done again with its mask (hopper_17_warp_redo: on the warp alone).
   int tested = 0;
   for (const StageInfo* stage : runnable_stages()) {
     if ((stage->features & fa::kFeatureAnyLength) == 0) continue;
@@ -1164,7 +1166,8 @@ std::vector<InvalidCase> invalid_cases(const StageInfo& stage, const AttentionPa
   }
 
   // softmax_scale: zero, negative zero, non-finite, negative. A negative scale is not a valid
-  // softmax temperature for stages 7-10, which take the row maximum of the raw (unscaled) scores.
+  // softmax temperature for the stages from ampere_07_fast_softmax on, which take the row maximum
+  // of the raw (unscaled) scores.
   for (float scale :
        {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
         -std::numeric_limits<float>::infinity(), -0.125f, -1e-30f}) {

@@ -13,6 +13,7 @@
 #include "common/reference.h"
 #include "common/registry.h"
 #include "fa_catch.h"
+#include "valid_params.h"
 #include "host_tensors.h"
 
 using fa::DType;
@@ -104,20 +105,8 @@ TEST_CASE("gqa: kv_heads is never unset, always divides heads, and differs from 
           "[validation][gqa]") {
   int declaring = 0;
   for (const fa::StageInfo* stage : fa::registered_stages()) {
-    fa::AttentionParams p;
-    p.batch = 2;
-    p.heads = 8;
-    p.kv_heads = 8;
-    p.seq_q = p.seq_kv = 2 * stage->block_q * stage->block_kv;
-    p.head_dim = stage->head_dims.front();
-    p.softmax_scale = fa::default_softmax_scale(p.head_dim);
-    for (fa::TensorView* t : {&p.q, &p.k, &p.v, &p.o}) {
-      t->data = reinterpret_cast<void*>(uintptr_t{0x10000000});  // never dereferenced
-      t->dtype = stage->dtypes.front();
-      t->head_stride = p.head_dim;
-      t->seq_stride = p.heads * p.head_dim;
-      t->batch_stride = p.seq_q * p.heads * p.head_dim;
-    }
+    const int64_t seq = 2 * stage->block_q * stage->block_kv;
+    fa::AttentionParams p = fa_test::valid_params(*stage, 2, 8, seq, seq);
     INFO("stage " << stage->name);
     REQUIRE(fa::validate_params(p, *stage).ok());
     const bool gqa = (stage->features & fa::kFeatureGqa) != 0;

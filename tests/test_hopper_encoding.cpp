@@ -245,8 +245,9 @@ TEST_CASE("wgmma address model reproduces the K-major case the microbenchmark ve
 
 TEST_CASE("wgmma K-major panel descriptors read the panel layout (Q and K at head_dim 64 and 128)", "[hopper][descriptor]") {
   const uint32_t tile = 0x8000;  // 1024-byte aligned
-  // Tiles of 64 and 128 rows (Q of one and two warpgroups, K of 128 keys), 160 (K of stage 39's
-  // wide block) and 192 (Q of three warpgroups, stage 24 on).
+  // Tiles of 64 and 128 rows (Q of one and two warpgroups, K of 128 keys), 160 (K of
+  // experiments_03_wide_kv's wide block) and 192 (Q of three warpgroups, hopper_09_three_warpgroups
+  // on).
   for (int rows : {64, 128, 160, 192}) {
     for (int head_dim : {64, 128}) {
       INFO("rows " << rows << ", head_dim " << head_dim);
@@ -276,7 +277,7 @@ TEST_CASE("wgmma K-major panel descriptors read the panel layout (Q and K at hea
 
 TEST_CASE("wgmma MN-major descriptor reads V ([key][dim], dims contiguous) as B = K x N of P V", "[hopper][descriptor]") {
   const uint32_t tile = 0x10000;
-  for (int keys : {64, 128, 160}) {  // 160: stage 39's wide K/V block
+  for (int keys : {64, 128, 160}) {  // 160: experiments_03_wide_kv's wide K/V block
     for (int head_dim : {64, 128}) {
       INFO("keys " << keys << ", head_dim " << head_dim);
       const uint32_t panel_bytes = keys * 128u;
@@ -322,8 +323,9 @@ TEST_CASE("wgmma register A operand: the S accumulators repacked are P's A fragm
     }
   for (int count : owners) REQUIRE(count == 1);
   // Register j of P's A fragment for k-step kk packs S accumulator entries {e, e + 1} of n-tile t
-  // (p_frag_s_tile / p_frag_s_entry, as stage 10 does for mma.sync); in the wgmma accumulator that
-  // entry is register 4t + e. It must hold P[row][16 kk + col] for A elements 2j and 2j + 1.
+  // (p_frag_s_tile / p_frag_s_entry, as ampere_10_lane_addresses does for mma.sync); in the wgmma
+  // accumulator that entry is register 4t + e. It must hold P[row][16 kk + col] for A elements 2j
+  // and 2j + 1.
   for (int n = 16; n <= 256; n += 16)
     for (int t = 0; t < fa::kWarpgroupThreads; ++t)
       for (int kk = 0; kk < n / 16; ++kk)

@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """CPU test of tools/interleaved.py's launch order and options (no GPU, no PyTorch needed).
 
-Call 38 found that rotating one list every round keeps who follows whom (cuDNN launched right after
-FA2 in three rounds of four) and that a launch starts at the clock its predecessor left under the
-power cap. This test holds the order to what the protocol promises: every round launches every
+Rotating one list every round keeps who follows whom (cuDNN launched right after FA2 in three
+rounds of four), and a launch starts at the clock its predecessor left under the power cap. This test holds the order to what the protocol promises: every round launches every
 implementation once; over many rounds each implementation follows each other one about equally
 often; the order is reproducible for a seed; --order series keeps each implementation's launches
 together, warm-up first. It also checks the options (--any-length needs one length per --seqs
@@ -60,30 +59,30 @@ want = [(n, i >= 2) for n in names for i in range(7)]
 check("series: each implementation's 2 warm-up and 5 timed launches in a row, got %r" % series[:8], series == want)
 
 with contextlib.redirect_stderr(io.StringIO()):
-    for argv in (["--stages", "16", "--seqs", "1024,4096", "--any-length", "1000"],
-                 ["--stages", "16", "--order", "sideways"], ["--stages", "16", "--dtype", "fp8"],
-                 ["--stages", "16", "--alibi", "--alibi-stages", "16"],
-                 ["--stages", "16", "--seqs", "1024,4096", "--any-length", "1000,-4000"]):
+    for argv in (["--stages", "ampere_15", "--seqs", "1024,4096", "--any-length", "1000"],
+                 ["--stages", "ampere_15", "--order", "sideways"], ["--stages", "ampere_15", "--dtype", "fp8"],
+                 ["--stages", "ampere_15", "--alibi", "--alibi-stages", "ampere_15"],
+                 ["--stages", "ampere_15", "--seqs", "1024,4096", "--any-length", "1000,-4000"]):
         try:
             interleaved.parse_args(argv)
             failures.append("parse_args accepted %r" % argv)
         except SystemExit as e:
             check("parse_args %r exits 2" % argv, e.code == 2)
-args = interleaved.parse_args(["--stages", "16", "--seqs", "1024,4096", "--any-length", "1000,4000",
+args = interleaved.parse_args(["--stages", "ampere_15", "--seqs", "1024,4096", "--any-length", "1000,4000",
                                "--order", "series", "--readings"])
 check("parse_args: --any-length pairs", dict(zip(args.seqs, args.any_length)) == {1024: 1000, 4096: 4000})
 check("method text names the order and the readings",
       "series" in interleaved.method_text(args) and "NVML" in interleaved.method_text(args))
-every = interleaved.parse_args(["--stages", "16,22", "--alibi"])
+every = interleaved.parse_args(["--stages", "ampere_15,hopper_07", "--alibi"])
 check("--alibi and no --any-length-stages: every stage with ALiBi and at the paired length, as before",
-      every.alibi_list == every.any_length_list == ["16", "22"] and not every.any_length_references)
-args = interleaved.parse_args(["--stages", "16,22", "--alibi-stages", "16", "--seqs", "1024,2048,4096",
-                               "--any-length", "1000,0,4000", "--any-length-stages", "22", "--any-length-references"])
+      every.alibi_list == every.any_length_list == ["ampere_15", "hopper_07"] and not every.any_length_references)
+args = interleaved.parse_args(["--stages", "ampere_15,hopper_07", "--alibi-stages", "ampere_15", "--seqs", "1024,2048,4096",
+                               "--any-length", "1000,0,4000", "--any-length-stages", "hopper_07", "--any-length-references"])
 check("bench.py's rounds: ALiBi for some stages, some stages at the paired lengths, 0 for no pair, references there",
       (args.stage_list, args.alibi_list, args.any_length_list, args.any_length, args.any_length_references)
-      == (["16", "22"], ["16"], ["22"], [1000, 0, 4000], True))
-args = interleaved.parse_args(["--stages", "", "--alibi-stages", "16", "--references", ""])
-check("--stages '': only the ALiBi variants", (args.stage_list, args.alibi_list) == ([], ["16"]))
+      == (["ampere_15", "hopper_07"], ["ampere_15"], ["hopper_07"], [1000, 0, 4000], True))
+args = interleaved.parse_args(["--stages", "", "--alibi-stages", "ampere_15", "--references", ""])
+check("--stages '': only the ALiBi variants", (args.stage_list, args.alibi_list) == ([], ["ampere_15"]))
 
 summary = interleaved.readings_summary([(1800, 650.0, 60, "sw_power_cap"), (1500, 700.0, 62, "sw_power_cap"),
                                         (1980, 100.0, 40, "none")])

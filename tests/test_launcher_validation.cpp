@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fa_catch.h"
+#include "valid_params.h"
 
 #include "common/params.h"
 #include "common/registry.h"
@@ -24,32 +25,9 @@ using fa::StageInfo;
 
 namespace {
 
-// Fake device addresses: aligned, distinct, never dereferenced because validation fails first.
-void* fake_pointer(uintptr_t index) {
-  return reinterpret_cast<void*>(0x10000000u + index * 0x1000000u);
-}
-
-// A valid call for `stage`: contiguous [batch, seq, heads, head_dim] tensors, 2 query and 3 K/V
-// blocks, the stage's first head_dim and dtype.
+// A valid call for `stage`: 2 query and 3 K/V blocks (tests/valid_params.h).
 AttentionParams valid_params(const StageInfo& stage) {
-  AttentionParams p;
-  p.batch = 2;
-  p.heads = 3;
-  p.kv_heads = 3;
-  p.seq_q = 2 * stage.block_q;
-  p.seq_kv = 3 * stage.block_kv;
-  p.head_dim = stage.head_dims.front();
-  p.softmax_scale = fa::default_softmax_scale(p.head_dim);
-  fa::TensorView* tensors[4] = {&p.q, &p.k, &p.v, &p.o};
-  const int64_t seqs[4] = {p.seq_q, p.seq_kv, p.seq_kv, p.seq_q};
-  for (int i = 0; i < 4; ++i) {
-    tensors[i]->data = fake_pointer(i + 1);
-    tensors[i]->dtype = stage.dtypes.front();
-    tensors[i]->head_stride = p.head_dim;
-    tensors[i]->seq_stride = p.heads * p.head_dim;
-    tensors[i]->batch_stride = seqs[i] * p.heads * p.head_dim;
-  }
-  return p;
+  return fa_test::valid_params(stage, 2, 3, 2 * stage.block_q, 3 * stage.block_kv);
 }
 
 struct InvalidCase {
@@ -113,8 +91,8 @@ std::vector<InvalidCase> invalid_cases() {
        "softmax_scale"},
       {"zero softmax_scale", [](AttentionParams& p, const StageInfo&) { p.softmax_scale = 0.0f; },
        "softmax_scale"},
-      // Stages 7-10 take the row max of the raw scores, which is only the max of the scaled
-      // scores for a positive scale.
+      // The stages from ampere_07_fast_softmax on take the row max of the raw scores, which is only
+      // the max of the scaled scores for a positive scale.
       {"negative softmax_scale", [](AttentionParams& p, const StageInfo&) { p.softmax_scale = -0.125f; },
        "softmax_scale"},
       {"grid of more than 2^31-1 blocks",
@@ -170,13 +148,15 @@ TEST_CASE("every registered stage declares a usable launcher and what STAGES.md 
     CHECK(stage->block_kv > 0);
     CHECK(stage->launch != nullptr);
     CHECK(fa::find_stage(stage->name) == stage);
-    CHECK(fa::find_stage(std::string(stage->name).substr(0, 2)) == stage);
-    // A parent, where declared, is a registered stage with a smaller number (tracks branch, never loop).
+    const std::string id = stage->name;  // <track>_NN_name: also found as <track>_NN
+    CHECK(fa::find_stage(id.substr(0, id.find('_', id.find('_') + 1))) == stage);
+    // A parent, where declared, is a registered stage that comes earlier in the book (the registry's
+    // order: track by track, in number order), so tracks branch and never loop.
     if (*stage->parent != '\0') {
       const StageInfo* parent = fa::find_stage(stage->parent);
       INFO("parent " << stage->parent);
       REQUIRE(parent != nullptr);
-      CHECK(std::string(parent->name) < std::string(stage->name));
+      CHECK(std::find(stages.begin(), stages.end(), parent) < std::find(stages.begin(), stages.end(), stage));
     }
     // Every stage supports what STAGES.md promises.
     for (int d : {64, 128}) CHECK(std::count(stage->head_dims.begin(), stage->head_dims.end(), d) == 1);

@@ -14,6 +14,7 @@
 #include "common/reference.h"
 #include "common/registry.h"
 #include "fa_catch.h"
+#include "valid_params.h"
 #include "host_tensors.h"
 
 using fa::DType;
@@ -214,20 +215,8 @@ TEST_CASE(
     "[validation][lse]") {
   int declaring = 0;
   for (const fa::StageInfo* stage : fa::registered_stages()) {
-    fa::AttentionParams p;
-    p.batch = 2;
-    p.heads = 3;
-    p.kv_heads = 3;
-    p.seq_q = p.seq_kv = 2 * stage->block_q * stage->block_kv;
-    p.head_dim = stage->head_dims.front();
-    p.softmax_scale = fa::default_softmax_scale(p.head_dim);
-    for (fa::TensorView* t : {&p.q, &p.k, &p.v, &p.o}) {
-      t->data = reinterpret_cast<void*>(uintptr_t{0x10000000});  // never dereferenced
-      t->dtype = stage->dtypes.front();
-      t->head_stride = p.head_dim;
-      t->seq_stride = p.heads * p.head_dim;
-      t->batch_stride = p.seq_q * p.heads * p.head_dim;
-    }
+    const int64_t seq = 2 * stage->block_q * stage->block_kv;
+    fa::AttentionParams p = fa_test::valid_params(*stage, 2, 3, seq, seq);
     INFO("stage " << stage->name);
     REQUIRE(fa::validate_params(p, *stage).ok());
     p.lse.data = reinterpret_cast<float*>(uintptr_t{0x20000000});

@@ -1,13 +1,14 @@
-// A host model of the kernels' online softmax against the fp64 reference. The stage 1-6 form runs in
-// double precision; the stage 7+ form runs in fp32 through the functions the kernels call
+// A host model of the kernels' online softmax against the fp64 reference. The form of
+// ampere_01_base to ampere_06_double_buffer runs in double precision; the exp2 form of
+// ampere_07_fast_softmax and later runs in fp32 through the functions the kernels call
 // (fa::max_for_exp, the -inf guard, and fa::exp2_approx, common/softmax_math.h).
 //
 // The kernels never see a whole row of scores: they walk the keys in blocks of Bc, keep a running
 // max m and running sum l, and rescale what they accumulated whenever m grows. This test runs that
-// algorithm exactly as the kernels order it (both the stage 1-6 form and the stage 7+ exp2 form)
-// and shows it equals plain softmax for several block sizes, including the cases where the row
-// maximum sits in the first block (every later block is tiny against it) and in the last block
-// (everything accumulated so far must be rescaled at the very end).
+// algorithm exactly as the kernels order it (both the scale-then-exp form and the exp2 form) and
+// shows it equals plain softmax for several block sizes, including the cases where the row maximum
+// sits in the first block (every later block is tiny against it) and in the last block (everything
+// accumulated so far must be rescaled at the very end).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -25,13 +26,13 @@ namespace {
 constexpr int64_t kSeqKv = 256, kDim = 64, kSeqQ = 4;
 
 enum class SoftmaxForm {
-  kScaleThenExp,  // stages 1-6: s *= scale; p = exp(s - m); l, O rescaled by exp(m_old - m_new)
-  kFusedExp2,     // stages 7+: m on raw scores; p = exp2(s * scale*log2e - m * scale*log2e);
+  kScaleThenExp,  // ampere 01-06: s *= scale; p = exp(s - m); l, O rescaled by exp(m_old - m_new)
+  kFusedExp2,     // ampere 07 on: m on raw scores; p = exp2(s * scale*log2e - m * scale*log2e);
                   // per-lane partial row sums, added once at the end
   kNoRescale,     // a deliberately broken variant: forgets to rescale O and l when m grows
-  kLazyRescale,   // stage 30: kFusedExp2, but m (and with it O and l) moves only when a block's max
+  kLazyRescale,   // hopper 15: kFusedExp2, but m (and with it O and l) moves only when a block's max
                   // exceeds it by more than 2^kLazyRescaleLog2 in the exponent (fa::max_grows_too_far)
-  kSpeculativeMax,  // stage 40: after the first block, p against the running max before the block's
+  kSpeculativeMax,  // hopper 16: after the first block, p against the running max before the block's
                     // max; kept if every lane's partial block sum fits (fa::weights_fit), else the
                     // block is done again as kLazyRescale does it
 };
@@ -51,8 +52,8 @@ std::vector<double> online_softmax_row(const HostTensor& q, const HostTensor& k,
   const double log2e = 1.0 / std::log(2.0);
   const double scale_log2 = scale * log2e;
   double row_max = -std::numeric_limits<double>::infinity();
-  // The 4 lanes of a quad each hold 2 of every 8 key columns, and sum only those (stage 7 keeps
-  // the partial sums apart until the epilogue).
+  // The 4 lanes of a quad each hold 2 of every 8 key columns, and sum only those
+  // (ampere_07_fast_softmax keeps the partial sums apart until the epilogue).
   double lane_sum[4] = {0.0, 0.0, 0.0, 0.0};
   std::vector<double> o_acc(kDim, 0.0);
 
@@ -241,11 +242,11 @@ TEST_CASE("online softmax over K/V blocks equals plain softmax", "[softmax]") {
   }
 }
 
-// Stage 30's lazy rescaling gives the same softmax: the weights, the sum and O are relative to one
-// max, whichever it is, as long as no weight exceeds 2^kLazyRescaleLog2. Both paths must run for
-// the test to mean something: large logits make the max jump by more than the threshold (taken),
-// random ones let most blocks stay under it (skipped).
-TEST_CASE("lazy rescaling (stage 30) equals plain softmax, its weights at most 2^8", "[softmax]") {
+// hopper_15_lazy_rescale's lazy rescaling gives the same softmax: the weights, the sum and O are
+// relative to one max, whichever it is, as long as no weight exceeds 2^kLazyRescaleLog2. Both paths
+// must run for the test to mean something: large logits make the max jump by more than the
+// threshold (taken), random ones let most blocks stay under it (skipped).
+TEST_CASE("lazy rescaling (hopper_15_lazy_rescale) equals plain softmax, its weights at most 2^8", "[softmax]") {
   const LazyStats total = check_lazy_form(SoftmaxForm::kLazyRescale);
   INFO("rescales after the first block: " << total.taken << " taken, " << total.skipped << " skipped");
   CHECK(total.taken > 0);
@@ -260,12 +261,12 @@ TEST_CASE("lazy rescaling (stage 30) equals plain softmax, its weights at most 2
   CHECK(fa::max_grows_too_far(-inf, -inf, 0.18f));
 }
 
-// Stage 40's speculative exponentials give the same softmax: after the first block the weights are
-// computed against the running max before the block's max is known, and kept only if every lane's
-// partial block sum fits (fa::weights_fit), which bounds every kept weight by 2^kLazyRescaleLog2;
-// otherwise the block is done again as stage 30 does it. Both paths must run: a late planted key
-// (or large logits) overflows the bound, random ones stay under it.
-TEST_CASE("speculative exponentials (stage 40) equal plain softmax, kept weights at most 2^8", "[softmax]") {
+// hopper_16_speculative_max's speculative exponentials give the same softmax: after the first block
+// the weights are computed against the running max before the block's max is known, and kept only
+// if every lane's partial block sum fits (fa::weights_fit), which bounds every kept weight by
+// 2^kLazyRescaleLog2; otherwise the block is done again as lazy rescaling does it. Both paths must
+// run: a late planted key (or large logits) overflows the bound, random ones stay under it.
+TEST_CASE("speculative exponentials (hopper_16_speculative_max) equal plain softmax, kept weights at most 2^8", "[softmax]") {
   const LazyStats total = check_lazy_form(SoftmaxForm::kSpeculativeMax);
   INFO("blocks after the first: " << total.kept << " kept, " << total.redone << " done again");
   CHECK(total.kept > 0);

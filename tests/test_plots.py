@@ -3,37 +3,42 @@
 
   tools/plot.py          renders a synthetic CSV and the committed one (plots/results/latest.csv),
                          twice each, to the same bytes; rewrites only the marked sections of a
-                         README copy; --check passes on what it wrote and fails on an edited cell
-                         or sentence
-  the stage pages        each sm_90a page's % of wgmma peak is its TFLOP/s over the committed
-                         ceiling (plots/results/ceilings_latest.csv) of the same dtype (a page
-                         whose results are of another GPU than the ceilings has no such column
-                         and says why), no other page has it, and gen_docs.py --check sees a
-                         changed ceilings CSV
+                         README copy and of the docs/results.md beside it (creating that page);
+                         --check passes on what it wrote and fails on an edited cell or sentence,
+                         a missing plot or a missing docs/results.md
+  the committed README   its tracks section: per track of stages/tracks.json one table with one
+                         row per stage, in track order, whose numbers are the CSV's at the headline
+                         shape (fp16, head_dim 128, S = 4096) and whose links reach the stage pages;
+                         one plot per track, at most about 1000 pixels wide; every PNG in plots/ is
+                         shown by the README or docs/results.md and every one they show exists
+  the stage pages        each page's results section is compact and its numbers are the committed
+                         CSV's (TFLOP/s, time against the parent from the same rounds, % of FA2
+                         and cuDNN); its diff section gives the diffstat against the parent and the
+                         command that shows the diff; gen_docs.py --check sees a changed CSV
   tools/results_tables   the generated sentences say faster/slower/within where the numbers do;
-                         sm_90a stages get % of cuDNN; an old CSV (fewer columns), a newer one
-                         (causal, kv_heads, unknown columns), a stage the tree no longer has and
-                         a stage the CSV lacks are all shown, not crashed on
+                         % of cuDNN where cuDNN was measured; an old CSV (fewer columns), a newer
+                         one (causal, kv_heads, unknown columns), a stage the tree no longer has and
+                         a stage the CSV lacks are all shown, not crashed on; the README's track
+                         tables from a made-up stage list (parents across tracks said so)
   the series            a synthetic CSV with causal, any-length, grouped-query and ALiBi rows:
-                         each its own README part (causal against FA2 causal with half the FLOPs,
-                         any length against the same stage at the next headline length, GQA with
-                         an unavailable cuDNN, ALiBi against the stage itself), headline sentences
-                         over headline rows only, plots only where there are references, stage
-                         pages (tools/gen_docs.py) with one table per series and % of cuDNN for
-                         the Hopper track, and its % of wgmma peak in the headline tables (or
-                         why not); the causal FLOP count; torch_reference.py's fp64 check
-                         of causal and GQA cases (where torch is installed, on the CPU)
+                         each its own part of docs/results.md (causal against FA2 causal with half
+                         the FLOPs, any length against the same stage at the next headline length,
+                         GQA with an unavailable cuDNN, ALiBi against the stage itself), headline
+                         sentences over headline rows only, plots only where there are references,
+                         stage pages (tools/gen_docs.py) with the headline table against the parent
+                         and one line per other series; the causal FLOP count; torch_reference.py's
+                         fp64 check of causal and GQA cases (where torch is installed, on the CPU)
   tools/bench.py         with a fake fa_run: one progress line per result with an estimate of the
                          time left, an sm_90a stage skipped with a message on a compute capability
                          8.0 GPU, the CSV with pct_of_cudnn and the new columns, every series run
                          only for the stages declaring its feature (--dry-run lists the commands
                          and counts, of either timing: rounds with fa_run --no-time and
                          tools/interleaved.py, separate with tools/torch_reference.py), the README
-                         rewritten, --no-reference timing separately with a line saying why; --part
-                         and --merge (ratios kept per part, per-part facts, parts that are not one
-                         run refused, a different timing among them); the README's and the stage
-                         pages' words following the CSV's timing (tests/test_bench_rounds.py tests
-                         the rounds themselves)
+                         and docs/results.md rewritten, --no-reference timing separately with a line
+                         saying why; --part and --merge (ratios kept per part, per-part facts,
+                         parts that are not one run refused, a different timing among them); the
+                         generated words following the CSV's timing (tests/test_bench_rounds.py
+                         tests the rounds themselves); a stage selected by id or <track>_NN
   every script           answers --help with its options
 
 The numbers below are FAKE (made up for this test, not measured). Exit codes: 0 pass, 1 fail,
@@ -46,6 +51,7 @@ import io
 import os
 import re
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -59,6 +65,7 @@ COMMITTED_CSV = os.path.join(REPO, "plots", "results", "latest.csv")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 sys.path.insert(0, TOOLS)
 from results_csv import COLUMNS as COLUMNS_FOR_TESTS  # noqa: E402  (the columns bench.py writes)
+import stages  # noqa: E402  (tools/stages.py)
 
 # Same format as tools/bench.py writes. 02_fake fails its check at S=256 (no time), as a real
 # failing stage would; the values are deliberately odd so that they can be found in the output.
@@ -82,10 +89,10 @@ cudnn,reference,fp16,128,2,4,128,128,0.0625,0.06,0.214748,200.00,0.0002,0.0003,P
 cudnn,reference,fp16,128,2,4,256,256,,,,,,,unavailable: fake reason for the test
 """
 
-README_BEFORE = "# Fake project\n\nText above the table.\n\n<!-- results-table:begin -->\n"
+README_BEFORE = "# Fake project\n\nText above the tracks.\n\n<!-- tracks:begin -->\n"
 README_PLACEHOLDER = "no results yet\n"
-README_MIDDLE = "<!-- results-table:end -->\n\nText between.\n\n<!-- results-summary:begin -->\n"
-README_AFTER = "<!-- results-summary:end -->\n\nText below, kept as is.\n"
+README_AFTER = "<!-- tracks:end -->\n\nText below, kept as is.\n"
+README_EMPTY = README_BEFORE + README_AFTER
 
 failures = []
 passes = []
@@ -136,61 +143,99 @@ def same_bytes(dir_a, dir_b):
 # ------------------------------------------------------------------------------------------------
 
 
+def png_size(path):
+    """(width, height) in pixels of a PNG (its IHDR chunk)."""
+    data = read(path, "rb")[:24]
+    return struct.unpack(">II", data[16:24])
+
+
+def section(text, name):
+    """The text between a section's markers."""
+    return text.split("<!-- %s:begin -->" % name, 1)[1].split("<!-- %s:end -->" % name, 1)[0]
+
+
 def test_synthetic_render_and_readme(tmp):
     csv_path = os.path.join(tmp, "results_fake.csv")
     write(csv_path, FAKE_CSV)
     readme = os.path.join(tmp, "README.md")
-    write(readme, README_BEFORE + README_PLACEHOLDER + README_MIDDLE + README_PLACEHOLDER + README_AFTER)
+    page = os.path.join(tmp, "docs", "results.md")
+    write(readme, README_BEFORE + README_PLACEHOLDER + README_AFTER)
     out_dir = os.path.join(tmp, "plots")
 
     check(run_plot([csv_path, "--out-dir", out_dir, "--readme", readme]) == 0, "plot.py exits 0")
-    check_png(os.path.join(out_dir, "fp16_d128_hist.png"))
-    check_png(os.path.join(out_dir, "fp16_d128_tflops.png"))
+    # Neither fake stage is a stage of this tree: no track plot, one plot of the stages not in it.
+    check(pngs(out_dir) == ["untracked_fp16_d128.png"], "the plots of a CSV whose stages this tree lacks (%s)" % pngs(out_dir))
+    check_png(os.path.join(out_dir, "untracked_fp16_d128.png"))
     again = os.path.join(tmp, "plots_again")
     run_plot([csv_path, "--out-dir", again, "--no-readme"], quiet=True)
     check(same_bytes(out_dir, again), "rendering the same CSV twice gives byte-identical PNGs")
 
     text = read(readme)
-    check(text.startswith(README_BEFORE), "README text above the first begin marker is unchanged")
-    check(text.endswith(README_AFTER), "README text from the last end marker on is unchanged")
-    check("\nText between.\n" in text, "README text between the two sections is unchanged")
-    table = text[len(README_BEFORE): text.find("<!-- results-table:end -->")]
-    summary = text[text.find("<!-- results-summary:begin -->"):]
-    check(README_PLACEHOLDER.strip() not in text, "both placeholders were replaced")
-    check("0.5000 / " in table, "the table holds a time from the CSV (FA2 at S=256: 0.5000 ms)")
-    check("25.0%" in table and "50.0%" in table, "the table holds % of FA2 from the CSV")
-    check("FAKE GPU" in table and "0000000" in table, "the table names the GPU and git revision of the CSV")
-    check("**FAIL** (no time)" in table, "a stage that failed its check is shown without a time")
-    check("results_fake.csv" in table, "the table says which CSV it came from")
-    check("`01_fake` (not a stage of this tree)" in table, "a stage the tree does not have is named as such")
-    check("Stages of this tree without results in this CSV:" in table, "stages the CSV lacks are named")
-    check("`01_fake` (not a stage of this tree): 25.0-31.2% of FA2" in summary,
-          "the summary gives a stage's range of % of FA2")
+    check(text.startswith(README_BEFORE) and text.endswith(README_AFTER),
+          "README text outside the tracks markers is unchanged")
+    tracks = section(text, "tracks")
+    check(README_PLACEHOLDER.strip() not in text, "the placeholder was replaced")
+    check("results_fake.csv" in tracks and "(docs/results.md)" in tracks,
+          "the tracks section names its CSV and links docs/results.md")
+    check("In the CSV but not stages of this tree: `01_fake`, `02_fake`." in tracks,
+          "the tracks section names the CSV's stages that the tree does not have")
+    names = [s.name for s in stages.all_stages()]
+    rows = re.findall(r"^\| \[`(\w+)`\]", tracks, re.M)
+    check(rows == names and tracks.count("no result in this CSV") == len(names),
+          "the tracks section has a row per stage of this tree, in track order, each without a result here")
 
-    # --check: passes on what plot.py wrote; fails on an edited cell and on an edited sentence.
+    check(os.path.exists(page), "plot.py created docs/results.md beside the README")
+    full = read(page) if os.path.exists(page) else "<!-- all-results:begin --><!-- all-results:end -->"
+    results = section(full, "all-results")
+    check("0.5000 / " in results, "docs/results.md holds a time from the CSV (FA2 at S=256: 0.5000 ms)")
+    check("25.0%" in results and "50.0%" in results, "docs/results.md holds % of FA2 from the CSV")
+    check("FAKE GPU" in results and "0000000" in results, "docs/results.md names the GPU and git revision of the CSV")
+    check("**FAIL** (no time)" in results, "a stage that failed its check is shown without a time")
+    check("results_fake.csv" in results, "docs/results.md says which CSV it came from")
+    check("`01_fake` (not a stage of this tree)" in results, "a stage the tree does not have is named as such")
+    check("`01_fake` (not a stage of this tree): 25.0-31.2% of FA2" in results,
+          "docs/results.md gives a stage's range of % of FA2")
+    check("![" in results and "(../plots/untracked_fp16_d128.png)" in results, "docs/results.md shows the plot")
+
+    # --check: passes on what plot.py wrote; fails on an edited cell, sentence or README row, a
+    # missing plot, a missing docs/results.md.
     check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir]) == 0,
           "--check passes on the README plot.py wrote (the CSV named in it)")
-    for old, new, what in (("0.5000 / ", "0.5001 / ", "a table cell"), ("25.0-31.2% of FA2", "25.0-31.3% of FA2", "a sentence")):
-        edited = os.path.join(tmp, "EDITED.md")
-        write(edited, text.replace(old, new, 1))
-        check(run_plot(["--check", "--readme", edited, csv_path, "--out-dir", out_dir], quiet=True) == 1,
-              "--check fails when %s of the README was edited" % what)
-    os.remove(os.path.join(out_dir, "fp16_d128_tflops.png"))
+    edited_dir = os.path.join(tmp, "edited")
+    os.makedirs(os.path.join(edited_dir, "docs"))
+    for old, new, what in (("0.5000 / ", "0.5001 / ", "a table cell"),
+                           ("25.0-31.2% of FA2", "25.0-31.3% of FA2", "a sentence")):
+        write(os.path.join(edited_dir, "README.md"), text)
+        write(os.path.join(edited_dir, "docs", "results.md"), full.replace(old, new, 1))
+        check(run_plot(["--check", "--readme", os.path.join(edited_dir, "README.md"), csv_path, "--out-dir", out_dir],
+                       quiet=True) == 1, "--check fails when %s of docs/results.md was edited" % what)
+    write(os.path.join(edited_dir, "README.md"), text.replace("no result in this CSV", "no result", 1))
+    write(os.path.join(edited_dir, "docs", "results.md"), full)
+    check(run_plot(["--check", "--readme", os.path.join(edited_dir, "README.md"), csv_path, "--out-dir", out_dir],
+                   quiet=True) == 1, "--check fails when a row of the README's tracks was edited")
+    os.remove(os.path.join(edited_dir, "docs", "results.md"))
+    write(os.path.join(edited_dir, "README.md"), text)
+    check(run_plot(["--check", "--readme", os.path.join(edited_dir, "README.md"), csv_path, "--out-dir", out_dir],
+                   quiet=True) == 2, "--check fails (2) when docs/results.md is missing")
+    os.remove(os.path.join(out_dir, "untracked_fp16_d128.png"))
     check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir], quiet=True) == 1,
-          "--check fails when a plot the README links to is missing")
+          "--check fails when a plot docs/results.md shows is missing")
 
     # Without a FA2 time there is no % of FA2: the plots fall back to TFLOP/s instead of failing.
     no_fa2 = os.path.join(tmp, "no_fa2.csv")
     write(no_fa2, "".join(line + "\n" for line in FAKE_CSV.splitlines() if not line.startswith("fa2,")))
     out2 = os.path.join(tmp, "plots_no_fa2")
     check(run_plot([no_fa2, "--out-dir", out2, "--no-readme"]) == 0, "plot.py exits 0 without an FA2 reference")
-    check_png(os.path.join(out2, "fp16_d128_hist.png"))
+    check_png(os.path.join(out2, "untracked_fp16_d128.png"))
 
     # A README without the markers is an error, and stays untouched.
-    plain = os.path.join(tmp, "PLAIN.md")
+    plain_dir = os.path.join(tmp, "plain")
+    os.makedirs(plain_dir)
+    plain = os.path.join(plain_dir, "README.md")
     write(plain, "no markers here\n")
     check(run_plot([csv_path, "--out-dir", out_dir, "--readme", plain], quiet=True) == 2, "a README without markers is refused")
-    check(read(plain) == "no markers here\n", "a README without markers is left as it was")
+    check(read(plain) == "no markers here\n" and not os.path.exists(os.path.join(plain_dir, "docs")),
+          "a README without markers is left as it was, and no docs/results.md is written")
 
 
 def test_committed_csv(tmp):
@@ -205,6 +250,76 @@ def test_committed_csv(tmp):
     for name in pngs(first):
         check_png(os.path.join(first, name))
     check(same_bytes(first, second), "rendering the committed CSV twice gives byte-identical PNGs")
+    check(pngs(first) == pngs(os.path.join(REPO, "plots")),
+          "plots/ holds exactly the PNGs the committed CSV gives (%s)" % (set(pngs(first)) ^ set(pngs(os.path.join(REPO, "plots")))))
+
+
+def headline_rows(rows, dtype="fp16", head_dim="128", seq="4096"):
+    return {r["impl"]: r for r in rows if r["series"] == "headline" and (r["dtype"], r["head_dim"], r["seq_q"])
+            == (dtype, head_dim, seq) and r["status"] == "PASS"}
+
+
+def change(mine, theirs):
+    """The time change as the generated tables print it (from min_ms: the CSV is timed in rounds)."""
+    value = round(100.0 * (float(mine["min_ms"]) / float(theirs["min_ms"]) - 1.0), 1)
+    return "%+.1f%%" % (value if value != 0 else 0.0)
+
+
+def test_committed_readme():
+    """The committed README's tracks section, its plots and docs/results.md against the committed CSV."""
+    import results_csv
+    readme_text = read(os.path.join(REPO, "README.md"))
+    if "<!-- tracks:begin -->" not in readme_text:
+        check(False, "README.md has a tracks section")
+        return
+    tracks_text = section(readme_text, "tracks")
+    meta, rows = results_csv.read_results_csv(COMMITTED_CSV)
+    check(meta.get("timing") == "rounds", "the committed CSV is timed in rounds (its minima are compared)")
+    cells = headline_rows(rows)
+    declared = stages.by_name()
+    parts = re.split(r"^### (.+)$", tracks_text, flags=re.M)
+    titles = parts[1::2]
+    check(titles == [t.title for t in stages.tracks()], "one part per track, in stages/tracks.json order (%s)" % titles)
+    for track, title, body in zip(stages.tracks(), titles, parts[2::2]):
+        names = [s.name for s in stages.all_stages() if s.track == track.name]
+        table = [line for line in body.splitlines() if line.startswith("| [")]
+        ids = [re.match(r"\| \[`(\w+)`\]\(([^)]+)\)", line).groups() for line in table]
+        check([i for i, _ in ids] == names, "%s: one row per stage, in track order" % title)
+        check(all(link == declared[i].page for i, link in ids) and all(os.path.exists(os.path.join(REPO, link))
+                                                                       for _, link in ids),
+              "%s: each row links its stage's page, which exists" % title)
+        wrong = []
+        previous = None
+        for (name, _), line in zip(ids, table):
+            cols = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]
+            mine = cells.get(name)
+            if mine is None:
+                wrong.append("%s: not in the CSV" % name)
+                continue
+            parent = declared[name].parent
+            want = ["%.1f" % float(mine["tflops"]),
+                    "–" if not parent else change(mine, cells[parent]) + ("" if parent == previous else
+                                                                          " vs " + stages.short_id(parent)),
+                    "%.1f%%" % float(mine["pct_of_fa2"]), "%.1f%%" % float(mine["pct_of_cudnn"])]
+            if cols[1] != declared[name].idea.replace("|", "\\|") or cols[2:] != want:
+                wrong.append("%s: %s, not %s" % (name, cols[2:], want))
+            previous = name
+        check(not wrong, "%s: idea, TFLOP/s, time vs parent, %% of FA2 and cuDNN are the CSV's at fp16, head_dim 128, "
+                         "S = 4096 (%s)" % (title, "; ".join(wrong[:3])))
+        plot = os.path.join(REPO, "plots", "%s.png" % track.name)
+        check("(plots/%s.png)" % track.name in body and os.path.exists(plot) and png_size(plot)[0] <= 1040,
+              "%s: its plot plots/%s.png, at most about 1000 pixels wide (%s)"
+              % (title, track.name, png_size(plot) if os.path.exists(plot) else "missing"))
+    check("fp16, head_dim 128, batch 16, heads 32, S = 4096, non-causal" in tracks_text.split("###")[0],
+          "the line above the tables names the headline shape")
+    # Every PNG in plots/ is shown somewhere, and everything shown exists.
+    page_text = read(os.path.join(REPO, "docs", "results.md"))
+    shown = set(re.findall(r"\]\(plots/([\w.-]+\.png)\)", readme_text)) | \
+        set(re.findall(r"\]\(\.\./plots/([\w.-]+\.png)\)", page_text))
+    present = set(pngs(os.path.join(REPO, "plots")))
+    check(shown == present, "every PNG in plots/ is shown by the README or docs/results.md, and every one shown "
+                            "exists (%s)" % sorted(shown ^ present))
+    check(run_plot(["--check"], quiet=True) == 0, "plot.py --check passes on the committed README and docs/results.md")
 
 
 def stale_pages(args):
@@ -213,118 +328,93 @@ def stale_pages(args):
     return rc, set(re.findall(r"stale generated section\(s\) in (\S+)", out))
 
 
-def test_committed_wgmma_peak(tmp):
-    """The committed stage pages: every sm_90a stage's headline tables have its % of wgmma peak, equal
-    to its TFLOP/s in the page's results CSV over wgmma_m64n256k16_2wg of the same dtype in
-    plots/results/ceilings_latest.csv; no other stage's page has that column; and a changed or
-    missing ceilings CSV makes `gen_docs.py --check` report the Hopper pages (and only those) stale."""
-    sys.path.insert(0, TOOLS)
-    import ceilings_doc
+def test_committed_pages(tmp):
+    """The committed stage pages: the results section is compact and its numbers are the committed
+    CSV's; the diff section is the diffstat against the parent; a changed CSV makes every page
+    stale."""
+    import difflib
     import results_csv
-    import stages
-    ceilings_csv = os.path.join(REPO, "plots", "results", "ceilings_latest.csv")
-    if not os.path.exists(ceilings_csv):
-        check(False, "plots/results/ceilings_latest.csv exists")
-        return
-    ceiling_meta, ceiling_rows = ceilings_doc.read_ceilings_csv(ceilings_csv)
-    peaks = {r["dtype"]: float(r["value"]) for r in ceiling_rows if r["name"] == "wgmma_m64n256k16_2wg"}
-    clocks = ceilings_doc.sm_clocks(ceiling_rows)
-    hopper, others, others_with_column = [], [], []
+    meta, rows = results_csv.read_results_csv(COMMITTED_CSV)
+    declared = stages.by_name()
+    long_sections, wrong, diffs_wrong = [], [], []
     for stage in stages.all_stages():
-        page_path = os.path.join(REPO, "docs", "stages", stage.name + ".md")
-        text = read(page_path)
-        section = text.split("<!-- results:begin -->")[1].split("<!-- results:end -->")[0]
-        if stage.target != "sm_90a":
-            others.append(stage.name)
-            if "wgmma peak" in section:
-                others_with_column.append(stage.name)
-            continue
-        pinned = re.search(r"<!-- results-csv: (\S+) -->", text)
-        csv_path = os.path.join(REPO, pinned.group(1) if pinned else os.path.join("plots", "results", "latest.csv"))
-        results_meta, rows = results_csv.read_results_csv(csv_path)
-        results = [r for r in rows if r["impl"] == stage.name and r["series"] == "headline"]
-        if not results:  # a stage newer than the CSV: its page says so, and has no % of peak to check
-            check("has no rows for `%s`" % stage.name in section and "wgmma peak" not in section,
-                  "%s: not in %s, and its page's results say so (no %% of wgmma peak)"
-                  % (stage.name, os.path.relpath(csv_path, REPO)))
-            continue
-        results_gpu = results_meta.get("gpu")
-        if results_gpu != ceiling_meta.get("gpu"):
-            # Results from another card than the ceilings': no column, and the sentence says why
-            # (gen_docs.py's Ceilings.why_not), rather than a % of a peak the card did not have.
-            why = "No %% of wgmma peak column: the ceilings in `plots/results/ceilings_latest.csv` were " \
-                  "measured on %s, these results on %s" % (ceiling_meta.get("gpu") or "an unrecorded GPU",
-                                                          results_gpu or "an unrecorded GPU")
-            hopper.append(stage.name)
-            check("wgmma peak |" not in section and why in section,
-                  "%s: %s is of %s, the ceilings of %s: no %% of wgmma peak column, and the page says why"
-                  % (stage.name, os.path.relpath(csv_path, REPO), results_gpu, ceiling_meta.get("gpu")))
-            continue
-        compared, wrong, dtypes = 0, [], set()
-        for title, table in re.findall(r"^\*\*(.*?)\*\*\n\n((?:\|.*\n?)+)", section, re.M):
-            m = re.match(r"(fp16|bf16), head_dim (\d+), batch (\d+), heads (\d+)$", title)
-            if not m:
-                if "wgmma peak" in table:
-                    wrong.append("%s: a %% of wgmma peak column in a table that is not a headline one" % title)
+        text = read(os.path.join(REPO, stage.page))
+        results = section(text, "results")
+        if len(results.strip().splitlines()) > 35:
+            long_sections.append("%s (%d lines)" % (stage.name, len(results.strip().splitlines())))
+        parent = declared.get(stage.parent)
+        config = None
+        compared = 0
+        for line in results.splitlines():
+            cols = [c.strip() for c in line.strip("|").split("|")] if line.startswith("| ") else []
+            if len(cols) < 5 or not cols[1].isdigit():
                 continue
-            dtype, head_dim, batch, heads = m.group(1), m.group(2), m.group(3), m.group(4)
-            dtypes.add(dtype)
-            lines = table.strip().splitlines()
-            header = [c.strip() for c in lines[0].strip("|").split("|")]
-            column = "%s %% of wgmma peak" % stage.name
-            if column not in header:
-                wrong.append("%s: no column" % title)
-                continue
-            for line in lines[2:]:
-                cells = [c.strip() for c in line.strip("|").split("|")]
-                row = [r for r in results if (r["dtype"], r["head_dim"], r["batch"], r["heads"], r["seq_q"], r["seq_kv"])
-                       == (dtype, head_dim, batch, heads, cells[0], cells[0])]
-                if len(row) != 1 or not row[0]["tflops"]:
-                    wrong.append("%s S=%s: %d CSV rows" % (title, cells[0], len(row)))
-                    continue
-                want = "%.1f" % (100.0 * float(row[0]["tflops"]) / peaks[dtype])
-                compared += 1
-                if cells[header.index(column)] != want:
-                    wrong.append("%s S=%s: %s, not %s" % (title, cells[0], cells[header.index(column)], want))
-        hopper.append(stage.name)
-        sentence_ok = all("%s for %s (SM clock %s during that run)" % (
-            ceilings_doc.fmt(peaks[d], "TFLOP/s"), d, ceilings_doc.fmt(clocks[("wgmma_m64n256k16_2wg", d)], "MHz"))
-            in section for d in dtypes) and "`plots/results/ceilings_latest.csv`" in section and "(../ceilings.md)" in section
-        check(compared > 0 and not wrong and sentence_ok,
-              "%s: %% of wgmma peak = TFLOP/s of %s / wgmma_m64n256k16_2wg of %s in %d cells, and the sentence "
-              "names the ceiling%s" % (stage.name, os.path.relpath(csv_path, REPO), "/".join(sorted(dtypes)), compared,
-                                       " (%s)" % "; ".join(wrong[:3]) if wrong else ""))
-    check(hopper and others and not others_with_column,
-          "no %% of wgmma peak on the pages of the %d stages that are not sm_90a (%d sm_90a pages have it)%s"
-          % (len(others), len(hopper), ": %s" % ", ".join(others_with_column) if others_with_column else ""))
+            if cols[0]:
+                config = cols[0].split(", ")
+            mine = headline_rows(rows, config[0], config[1], cols[1]).get(stage.name)
+            theirs = headline_rows(rows, config[0], config[1], cols[1]).get(stage.parent) if parent else None
+            want = ["%.1f" % float(mine["tflops"])] + ([change(mine, theirs)] if parent else []) + \
+                ["%.1f%%" % float(mine["pct_of_fa2"]), "%.1f%%" % float(mine["pct_of_cudnn"])]
+            compared += 1
+            if cols[2:] != want:
+                wrong.append("%s %s S=%s: %s, not %s" % (stage.name, config, cols[1], cols[2:], want))
+        if compared != 16:
+            wrong.append("%s: %d cells, not 16 (fp16 and bf16, head_dim 128 and 64, 4 lengths)" % (stage.name, compared))
+        diff = section(text, "diff")
+        if parent is None:
+            if "has no parent" not in diff:
+                diffs_wrong.append(stage.name)
+            continue
+        added = removed = 0
+        files = sorted(set(os.listdir(parent.folder)) | set(os.listdir(stage.folder)))
+        for f in files:
+            old = read(os.path.join(parent.folder, f)).splitlines() if os.path.exists(os.path.join(parent.folder, f)) else []
+            new = read(os.path.join(stage.folder, f)).splitlines() if os.path.exists(os.path.join(stage.folder, f)) else []
+            for line in difflib.unified_diff(old, new, n=0, lineterm=""):
+                added += line.startswith("+") and not line.startswith("+++")
+                removed += line.startswith("-") and not line.startswith("---")
+        if ("`bash scripts/diff_stage.sh %s`" % stage.name not in diff
+                or not re.search(r"\| \d+ files? changed \| %d \| %d \|" % (added, removed), diff)):
+            diffs_wrong.append(stage.name)
+    check(not long_sections, "every page's results section is at most 35 lines (%s)" % ", ".join(long_sections))
+    check(not wrong, "every page's results table is the committed CSV's: TFLOP/s, time vs parent (minima of the same "
+                     "rounds), %% of FA2 and cuDNN, 16 cells (%s)" % "; ".join(wrong[:3]))
+    check(not diffs_wrong, "every page's diff section: the diffstat against its parent (lines added and removed as "
+                           "diff -u counts them) and bash scripts/diff_stage.sh <id> (%s)" % ", ".join(diffs_wrong[:5]))
 
-    # --check depends on the ceilings CSV for the Hopper pages only: compared with the committed
-    # ceilings (whatever else may be stale in this tree), halved peaks or no ceilings CSV at all make
-    # exactly the Hopper pages stale.
-    _, baseline = stale_pages(["--sections", "results", "--ceilings-csv", ceilings_csv])
-    halved = os.path.join(tmp, "ceilings_halved.csv")
-    with open(ceilings_csv) as f:
-        write(halved, "".join(re.sub(r"^(wgmma_m64n256k16_2wg,\w+,)([0-9.]+)",
-                                     lambda m: m.group(1) + "%.1f" % (float(m.group(2)) / 2), line) for line in f))
-    hopper_pages = {"docs/stages/%s.md" % s for s in hopper}
-    for what, ceilings in (("halved wgmma peaks", halved), ("no ceilings CSV", os.path.join(tmp, "no_ceilings.csv"))):
-        rc, stale = stale_pages(["--sections", "results", "--ceilings-csv", ceilings])
-        check(rc == 1 and stale - baseline == hopper_pages - baseline and not (stale - baseline - hopper_pages),
-              "gen_docs.py --check with %s: the Hopper pages are stale, no other (%d new)" % (what, len(stale - baseline)))
+    # A CSV whose stage times are all 1% longer: every page's results are stale, no other page.
+    slower = os.path.join(tmp, "slower.csv")
+    with open(COMMITTED_CSV) as f:
+        lines = f.read().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("impl,"))
+    columns = lines[header].split(",")
+    out = lines[:header + 1]
+    for line in csv.reader(lines[header + 1:]):
+        row = dict(zip(columns, line))
+        if row["kind"] == "stage" and row["status"] == "PASS":
+            row["min_ms"] = "%g" % (float(row["min_ms"]) * 1.01)
+            row["median_ms"] = "%g" % (float(row["median_ms"]) * 1.01)
+            row["tflops"] = "%g" % (float(row["tflops"]) / 1.01)
+            row["pct_of_fa2"] = row["pct_of_cudnn"] = ""
+        out.append(",".join(row[c] for c in columns))
+    write(slower, "\n".join(out) + "\n")
+    rc, stale = stale_pages(["--sections", "results", "--csv", slower])
+    every = {s.page for s in stages.all_stages()}
+    check(rc == 1 and stale == every, "gen_docs.py --check with a CSV 1%% slower: every stage page is stale, no other "
+                                      "(%d of %d)" % (len(stale & every), len(every)))
 
 
 def test_sentences_and_columns():
-    """results_tables on in-memory data: parents, Hopper stages, old and new CSV formats."""
-    sys.path.insert(0, TOOLS)
+    """results_tables on in-memory data: parents, old and new CSV formats, the README's tracks."""
     import results_tables
-    import stages
     from results_csv import COLUMNS
 
-    def declared(name, parent, target="sm_80"):
-        return stages.Stage(name=name, parent=parent, idea="fake", target=target, features=(), sass={}, spill_budget={})
+    def declared(name, parent, track="fake"):
+        return stages.Stage(name=name, track=track, folder_name=name, parent=parent, idea="idea of " + name,
+                            target="sm_80", features=(), sass={}, spill_budget={})
 
     decl = {"01_a": declared("01_a", None), "02_b": declared("02_b", "01_a"),
-            "03_h": declared("03_h", "02_b", "sm_90a"), "04_new": declared("04_new", "03_h")}
+            "03_h": declared("03_h", "02_b", "other"), "04_new": declared("04_new", "03_h", "other")}
     # Old format: no kind, no pct columns, no kv_heads/causal; plus a stage the tree does not have.
     old_csv = ("# gpu=FAKE\nimpl,dtype,head_dim,batch,heads,seq_q,seq_kv,median_ms,tflops,status\n"
                "01_a,fp16,128,1,1,1024,1024,2.0,1,PASS\n01_a,fp16,128,1,1,2048,2048,8.0,1,PASS\n"
@@ -347,23 +437,43 @@ def test_sentences_and_columns():
     b = [r for r in rows if r["impl"] == "02_b" and r["seq_q"] == 1024][0]
     check(b["pct"] == 100.0 and b["pct_cudnn"] == 25.0, "pct_of_fa2 and pct_of_cudnn are computed when the CSV lacks them")
 
-    groups = results_tables.make_groups(rows)
-    bodies = results_tables.readme_bodies(groups, meta, "/x/r.csv", "/x/README.md", "/x/plots", decl)
-    summary, table = bodies["results-summary"], bodies["results-table"]
-    print(summary)
-    check("Against its parent `01_a`: faster (time -50.0%) at S = 1024; within 1% elsewhere" in summary.replace("head_dim 128, ", ""),
+    groups = results_tables.make_groups(rows, order=list(decl))
+    tracks = [stages.Track("fake", "Fake track", "what the fake track is about"), stages.Track("other", "Other", "")]
+    texts = results_tables.generated_texts(groups, meta, "/x/r.csv", "/x/README.md", "/x/plots", decl, tracks)
+    readme, page = texts["/x/README.md"][1], texts["/x/docs/results.md"][1]
+    print(readme)
+    print(page)
+    check("Against its parent `01_a`: faster (time -50.0%) at S = 1024; within 1% elsewhere" in page.replace("head_dim 128, ", ""),
           "02_b is faster than its parent at S=1024 and within 1% (+0.6%) at S=2048")
-    check("Against its parent `02_b`: faster (time -50.0%) at S = 1024; slower (time +11.8%) at S = 2048" in summary.replace("head_dim 128, ", ""),
-          "03_h is faster at S=1024 and slower at S=2048 than its parent")
-    check("22.2-50.0% of cuDNN" in summary, "an sm_90a stage's sentence gives its % of cuDNN")
-    check("/ 50.0%" in table.split("| [03_h]")[1].split("\n")[0] and "sm_90a stages: / % of cuDNN" in table,
-          "an sm_90a stage's table cells add its % of cuDNN")
-    check("/ 25.0%" not in table.split("| [02_b]")[1].split("\n")[0], "an sm_80 stage's cells have no % of cuDNN")
-    check("`99_gone` (not a stage of this tree)" in table and "`99_gone`" in summary,
+    check("Against its parent `02_b`: faster (time -50.0%) at S = 1024; slower (time +11.8%) at S = 2048" in page.replace("head_dim 128, ", ""),
+          "03_h is faster at S=1024 and slower at S=2048 than its parent (in another track)")
+    check("22.2-50.0% of cuDNN" in page, "a stage's sentence gives its % of cuDNN")
+    check("/ 50.0%" in page.split("| `03_h` |")[1].split("\n")[0] and "/ % of cuDNN" in page
+          and "/ 25.0%" in page.split("| `02_b` |")[1].split("\n")[0],
+          "every stage's table cells add its % of cuDNN where cuDNN was measured")
+    check("`99_gone` (not a stage of this tree)" in page and "## Stages not in this tree" in page
+          and "In the CSV but not stages of this tree: `99_gone`." in readme,
           "a stage the tree no longer has is shown and said so")
-    check("No results in this CSV for `04_new`" in summary and "04_new" in table,
-          "a declared stage the CSV lacks is named in the table and the summary")
-    check("faster than FA2 at S = 1024" in summary.replace("head_dim 128, ", ""), "faster than FA2 is said where it is")
+    check("No results in this CSV for `04_new`" in page and "Stages of this tree without results in this CSV: 04_new."
+          in page, "a declared stage the CSV lacks is named in its track's table and sentences")
+    check("faster than FA2 at S = 1024" in page.replace("head_dim 128, ", ""), "faster than FA2 is said where it is")
+    # The README: per track a table at the CSV's length nearest 4096 (2048 here), in track order;
+    # a parent that is not the row above is named (03_h's parent 02_b is in the other track).
+    check(readme.split("### ")[1:3] and [p.split("\n")[0] for p in readme.split("### ")[1:]] == ["Fake track", "Other"]
+          and "what the fake track is about." in readme, "the README: a part per track, its title and what it is about")
+    check("| `01_a` | idea of 01_a | 1.0 | – | 50.0% | 25.0% |" in readme
+          and "| `02_b` | idea of 02_b | 1.0 | +0.6% | 49.7% | 24.8% |" in readme
+          and "| `03_h` | idea of 03_h | 1.0 | +11.8% vs 02_b | 44.4% | 22.2% |" in readme
+          and "| `04_new` | idea of 04_new | no result in this CSV | – | – | – |" in readme,
+          "the README's rows: TFLOP/s, time vs the parent (named when not the row above), % of FA2 and cuDNN")
+    check("S = 2048, non-causal" in readme, "the README says the shape of its tables")
+    plots = results_tables.plot_list(groups, decl, tracks)
+    check([(p.name, p.stages, p.outside) for p in plots] ==
+          [("fake.png", ["01_a", "02_b"], []), ("other.png", ["03_h"], ["02_b"]),
+           ("fake_fp16_d128.png", ["01_a", "02_b"], []), ("other_fp16_d128.png", ["02_b", "03_h"], ["02_b"]),
+           ("untracked_fp16_d128.png", ["99_gone"], [])],
+          "the plots: a README plot per track (with the parents from other tracks), a plot per track and "
+          "configuration (%s)" % [(p.name, p.stages, p.outside) for p in plots])
 
     # New format: extra columns, causal and GQA rows form their own configurations.
     new_csv = io.StringIO()
@@ -421,143 +531,108 @@ def general_csv():
     return out.getvalue()
 
 
-def test_general_series(tmp):
-    """The causal, any-length, grouped-query and ALiBi parts of the README, from a synthetic CSV."""
-    sys.path.insert(0, TOOLS)
-    import results_tables
-    import stages
-
+def general_stages():
+    """A made-up track 'g' of four stages with the features of the general track."""
     def declared(name, parent, features):
-        return stages.Stage(name=name, parent=parent, idea="fake", target="sm_80", features=tuple(features), sass={},
-                            spill_budget={})
+        return stages.Stage(name=name, track="g", folder_name=name, parent=parent, idea="fake", target="sm_80",
+                            features=tuple(features), sass={}, spill_budget={})
 
-    decl = {"11_g": declared("11_g", None, ["any_length"]), "13_g": declared("13_g", "11_g", ["any_length", "causal"]),
+    return {"11_g": declared("11_g", None, ["any_length"]), "13_g": declared("13_g", "11_g", ["any_length", "causal"]),
             "14_g": declared("14_g", "13_g", ["any_length", "causal", "gqa", "alibi"]),
             "15_g": declared("15_g", "14_g", ["any_length", "causal", "gqa", "alibi"])}
+
+
+def test_general_series(tmp):
+    """The causal, any-length, grouped-query and ALiBi parts of docs/results.md and of the stage
+    pages, from a synthetic CSV."""
+    import gen_docs
+    import results_tables
+    decl = general_stages()
+    tracks = [stages.Track("g", "G track", "")]
     path = os.path.join(tmp, "general.csv")
     write(path, general_csv())
     meta, rows = results_tables.load_results(path)
-    groups = results_tables.make_groups(rows)
+    groups = results_tables.make_groups(rows, order=list(decl))
     check([g.slug for g in groups] == ["fp16_d128", "fp16_d128_causal", "fp16_d128_any_length", "fp16_d128_kv8",
                                        "fp16_d128_alibi"],
           "one configuration per series, headline first (%s)" % [g.slug for g in groups])
     check([g.slug for g in groups if g.plotted()] == ["fp16_d128", "fp16_d128_causal", "fp16_d128_kv8"],
           "plots for the headline, causal and grouped-query configurations only")
-    bodies = results_tables.readme_bodies(groups, meta, path, os.path.join(tmp, "README.md"), os.path.join(tmp, "plots"),
-                                          decl)
-    table, summary = bodies["results-table"], bodies["results-summary"]
-    print(table)
-    print(summary)
-    headline_table = table.split("**Causal attention**")[0]
-    check("**fp16, head_dim 128, batch 16, heads 32**" in headline_table and "causal" not in headline_table.lower(),
-          "the headline table holds no causal rows")
-    causal = table.split("**fp16, head_dim 128, causal, batch 16, heads 32**")[1].split("**Any length**")[0]
+    page = results_tables.page_body(groups, meta, path, os.path.join(tmp, "docs", "results.md"),
+                                    os.path.join(tmp, "plots"), decl, tracks)
+    print(page)
+    headline_part = page.split("## Causal attention")[0]
+    check("## G track" in headline_part and "**fp16, head_dim 128, batch 16, heads 32**" in headline_part
+          and "causal" not in headline_part.lower(), "the track's headline table holds no causal rows")
+    causal = page.split("**fp16, head_dim 128, causal, batch 16, heads 32**")[1].split("## Any length")[0]
     # 13_g causal at S=1024: 0.40 ms against FA2 causal's 0.44 ms = 110.0%; TFLOP/s with half the FLOPs.
-    check("| [13_g]" in causal and "0.4000 / 343.6 / 110.0%" in causal,
-          "causal table: % of FA2 run causal (0.44 / 0.40 = 110.0%), TFLOP/s of half the FLOPs (343.6)")
-    check("`is_causal=True`" in table and "2 · batch · heads · S² · head_dim" in table,
+    check("| `13_g` |" in causal and "0.4000 / 343.6 / 110.0% / 62.5%" in causal,
+          "causal table: % of FA2 run causal (0.44 / 0.40 = 110.0%), TFLOP/s of half the FLOPs (343.6), % of cuDNN")
+    check("`is_causal=True`" in page and "2 · batch · heads · S² · head_dim" in page,
           "the causal part says FA2/cuDNN ran with is_causal=True and how FLOPs are counted")
     check("Stages of this tree without results in this CSV: 15_g." in causal,
           "the causal table names the declaring stages without rows (and only those)")
-    any_length = table.split("**Any length**")[1].split("**Grouped-query attention**")[0]
+    check("(../plots/fp16_d128_causal.png)" in page.split("## Causal attention")[1].split("## Any length")[0],
+          "the causal table shows its plot")
+    any_length = page.split("## Any length")[1].split("## Grouped-query attention")[0]
     check("S=1000 (vs 1024)" in any_length and "S=4000 (vs 4096)" in any_length,
           "any-length columns name the headline length they are compared with")
     # 11_g: 1000 in 0.80 ms = 327.7 TFLOP/s against 1024 in 0.80 ms = 343.6: 95.4%.
     check("327.7 / 343.6 = 95.4%" in any_length, "any-length cell: TFLOP/s per useful FLOP against the headline's")
     check("| FlashAttention-2 (PyTorch flash backend) | fp16, head_dim 128, batch 16, heads 32 | 327.7 / 335.2 = 97.8% | – |"
           in any_length, "the references' own any-length cost is shown where measured, '–' where not")
-    gqa = table.split("**Grouped-query attention**")[1].split("**ALiBi**")[0]
+    gqa = page.split("## Grouped-query attention")[1].split("## ALiBi")[0]
     check("32 query heads share 8 K/V heads (query head h reads K/V head h / 4)" in gqa and "`enable_gqa=True`" in gqa,
           "the GQA part says the ratio and that FA2/cuDNN ran with enable_gqa=True")
-    check("0.7000 / 392.7 / 107.1%" in gqa and "| cuDNN (PyTorch cudnn backend) | unavailable | unavailable |" in gqa
+    check("0.7000 / 392.7 / 107.1% |" in gqa and "| cuDNN (PyTorch cudnn backend) | unavailable | unavailable |" in gqa
           and "cudnn: unavailable: fake reason: no GQA kernel" in gqa,
           "GQA table: % of FA2 with enable_gqa; a reference without a kernel is shown unavailable with its reason")
-    alibi = table.split("**ALiBi**")[1]
+    alibi = page.split("## ALiBi")[1]
     check("take no ALiBi slopes" in alibi and "0.8008 / 96.2%" in alibi,
           "ALiBi: the stage against itself without ALiBi (0.77 / 0.8008 = 96.2%), and why there is no library reference")
-    check("- 14_g: 107.1% of FA2, faster than FA2 at every shape measured" in summary.replace("`", "")
-          and "- 11_g: 97.6% of FA2. " not in summary.replace("`", ""), "the GQA summary gives % of FA2 with enable_gqa")
-    headline_sentences = summary.split("**Causal**")[0]
-    check("- `13_g` (not a stage of this tree)" not in headline_sentences and "`13_g`: 105.1% of FA2" in headline_sentences,
+    check("- 14_g: 107.1% of FA2, faster than FA2 at every shape measured" in gqa.replace("`", "")
+          and "- 11_g: 97.6% of FA2. " not in page.replace("`", ""), "the GQA sentences give % of FA2 with enable_gqa")
+    check("- `13_g` (not a stage of this tree)" not in headline_part and "`13_g`: 105.1% of FA2" in headline_part,
           "headline sentences are over headline rows only (13_g: 0.82 / 0.78 = 105.1%)")
-    causal_summary = summary.split("**Causal**")[1].split("**Any length**")[0]
-    check("`13_g`: 110.0% of FA2, faster than FA2 at every shape measured." in causal_summary
-          and "Against its parent `11_g`" not in causal_summary
-          and "`14_g`: 88.0% of FA2. Against its parent `13_g`: slower (time +25.0%) at every shape measured."
-          in causal_summary, "causal sentences: % of FA2 causal, the parent only where it has causal rows")
-    check("`11_g`: 95.4-98.4% of its TFLOP/s at the headline length; lowest at fp16, head_dim 128, S = 1000." in summary,
+    check("`13_g`: 110.0% of FA2, faster than FA2 at every shape measured" in causal
+          and "Against its parent `11_g`" not in causal
+          and "`14_g`: 88.0% of FA2; 50.0% of cuDNN. Against its parent `13_g`: slower (time +25.0%) at every shape "
+              "measured." in causal, "causal sentences: % of FA2 causal, the parent only where it has causal rows")
+    check("`11_g`: 95.4-98.4% of its TFLOP/s at the headline length; lowest at fp16, head_dim 128, S = 1000." in page,
           "the any-length sentence gives the range and where it is lowest")
-    check("`14_g`: 96.2% of its speed without ALiBi (time +4.0%)." in summary, "the ALiBi sentence gives the cost")
+    check("`14_g`: 96.2% of its speed without ALiBi (time +4.0%)." in page, "the ALiBi sentence gives the cost")
 
-    # A stage page (tools/gen_docs.py): the headline per configuration; each other series in one
-    # table, against the parent only where the parent has rows of that series.
-    import gen_docs
-    page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta))
-    check("**fp16, head_dim 128, batch 16, heads 32**" in page and "| S | 13_g ms | 14_g ms | time vs 13 |" in page,
-          "stage page: the headline table against the parent")
-    check("**Causal (seq_q = seq_kv; % of FA2 run with is_causal=True), batch 16, heads 32**" in page
-          and "| 1024 | 0.4000 | 0.5000 | +25.0% |" in page, "stage page: the causal table against a parent with causal rows")
-    alibi_page = page.split("**ALiBi")[1] if "**ALiBi" in page else ""
-    check("| S | 14_g ms | 14_g TFLOP/s | 14_g % of FA2 |" in alibi_page and "13_g" not in alibi_page.split("Median")[0],
-          "stage page: the ALiBi table without a parent that has no ALiBi rows")
-    check("compared with FA2 run with is_causal=True" in page and "enable_gqa=True" in page,
-          "stage page: the legend says what the causal and grouped-query rows are compared with")
-    hopper_page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta), hopper=True)
-    check("| 14_g % of FA2 | 14_g % of cuDNN |" in hopper_page and "| 106.5 | 58.4 |" in hopper_page
-          and "% of cuDNN" not in page, "stage page: a Hopper-track stage gets its % of cuDNN (0.45 / 0.77 = 58.4%)")
+    # A stage page (tools/gen_docs.py): the headline against the parent in one table; one line per
+    # other series, against the parent only where the parent has rows of that series.
+    stage_page = os.path.join(tmp, "docs", "stages", "g", "14_g.md")
+    section_text = gen_docs.results_section(decl["14_g"], decl, (meta, groups), path, stage_page)
+    print(section_text)
+    # 14_g at S = 1024: 0.77 ms (357.0 TFLOP/s) against 13_g's 0.78 (-1.3%), FA2's 0.82 (106.5%), cuDNN's 0.45 (58.4%).
+    check("| dtype, head_dim | S | TFLOP/s | time vs `13_g` | % of FA2 | % of cuDNN |" in section_text
+          and "| fp16, 128 | 1024 | 357.0 | -1.3% | 106.5% | 58.4% |" in section_text
+          and "|  | 4096 | 357.0 | -1.3% | 106.5% | 58.4% |" in section_text,
+          "stage page: the headline table against the parent, with % of FA2 and cuDNN")
+    check("- Causal (FA2 and cuDNN with is_causal=True): 88.0% of FA2; 50.0% of cuDNN. Against its parent `13_g`: "
+          "slower (time +25.0%) at every shape measured." in section_text
+          and "- ALiBi (against itself without slopes): 96.2% of its speed without ALiBi (time +4.0%)." in section_text
+          and "- Grouped-query (FA2 and cuDNN with enable_gqa=True): 107.1% of FA2" in section_text
+          and "Against its parent" not in section_text.split("- Grouped-query")[1],
+          "stage page: a line per other series, against the parent only where the parent has such rows")
+    check("Every shape and series: [docs/results.md](" in section_text and "Source: `%s` (FAKE GPU; git 0000000;" % path
+          in section_text and len(section_text.splitlines()) <= 30,
+          "stage page: links docs/results.md, names its CSV, GPU and revision; at most 30 lines")
+    first = gen_docs.results_section(decl["11_g"], decl, (meta, groups), path, stage_page)
+    check("| dtype, head_dim | S | TFLOP/s | % of FA2 | % of cuDNN |" in first and "time vs" not in first,
+          "stage page of a stage without a parent: no time vs parent column")
 
-    # The Hopper stage's % of the wgmma peak (FAKE ceilings): in the headline tables only, the stage's
-    # TFLOP/s over the ceiling of the table's dtype, with one sentence saying where the ceiling comes
-    # from; left out, with the reason, where the ceilings CSV is missing, lacks the dtype or is of
-    # another GPU.
-    def ceilings(name, text):
-        target = os.path.join(tmp, name)
-        write(target, text)
-        return target
-
-    fp16_ceiling = ceilings("ceilings_fp16.csv", "# gpu=FAKE GPU\nname,dtype,value,unit,method\n"
-                            "wgmma_m64n256k16_2wg,fp16,800.0,TFLOP/s,fake\n"
-                            "sm_clock_during_wgmma_m64n256k16_2wg,fp16,1500.0,MHz,fake\n"
-                            "wgmma_m64n256k16_1wg,fp16,700.0,TFLOP/s,fake\n")
-    peak_page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta), hopper=True,
-                                         peaks=gen_docs.WgmmaPeaks(fp16_ceiling))
-    headline_part, series_part = peak_page.split("**Causal")[0], "**Causal" + peak_page.split("**Causal")[1]
-    expected = ["%.1f" % (100.0 * groups[0].get("14_g", (s, s))["tf"] / 800.0) for s in (1024, 4096)]
-    rows = {line.split("|")[1].strip(): line for line in headline_part.splitlines() if line.startswith("| ")}
-    check("| 14_g % of cuDNN | 14_g % of wgmma peak |" in headline_part
-          and rows["1024"].endswith("| 106.5 | 58.4 | %s |" % expected[0]) and rows["4096"].endswith("| %s |" % expected[1]),
-          "stage page: the headline table gets the Hopper stage's %% of wgmma peak (TFLOP/s / 800.0 = %s, %s)"
-          % tuple(expected))
-    check("wgmma peak" not in series_part.split("Median of the timed")[0] and "wgmma peak" not in page,
-          "stage page: no % of wgmma peak in the series tables, nor for a stage that is not Hopper")
-    check(("800.0 TFLOP/s for fp16 (SM clock 1500 MHz during that run)" in peak_page
-           and "`wgmma_m64n256k16_2wg`" in peak_page and "`%s`" % fp16_ceiling in peak_page
-           and "(../ceilings.md)" in peak_page and "700.0" not in peak_page),
-          "stage page: the sentence gives the 2-warpgroup ceiling's value, dtype, SM clock, CSV and the ceilings page")
-    for what, peaks, reason in (
-            ("a missing ceilings CSV", gen_docs.WgmmaPeaks(os.path.join(tmp, "no_such_ceilings.csv")), "does not exist"),
-            ("a ceilings CSV without fp16", gen_docs.WgmmaPeaks(ceilings("ceilings_bf16.csv", "# gpu=FAKE GPU\n"
-                                                                        "name,dtype,value,unit,method\n"
-                                                                        "wgmma_m64n256k16_2wg,bf16,900.0,TFLOP/s,x\n")),
-             "has no `wgmma_m64n256k16_2wg` row for fp16"),
-            ("ceilings of another GPU", gen_docs.WgmmaPeaks(ceilings("ceilings_other.csv", "# gpu=OTHER GPU\n"
-                                                                    "name,dtype,value,unit,method\n"
-                                                                    "wgmma_m64n256k16_2wg,fp16,800.0,TFLOP/s,x\n")),
-             "were measured on OTHER GPU, these results on FAKE GPU")):
-        without = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta), hopper=True,
-                                           peaks=peaks)
-        check("% of wgmma peak |" not in without and "No % of wgmma peak column: " in without and reason in without
-              and "| 106.5 | 58.4 |" in without,
-              "stage page with %s: no %% of wgmma peak column, and the sentence says why (%s)" % (what, reason))
-
-    # The plots: rendered for the plotted configurations, --check passes, and an old-format README
-    # check (no such rows) is not disturbed by the code path.
-    readme = os.path.join(tmp, "GENERAL_README.md")
-    write(readme, README_BEFORE + README_MIDDLE + README_AFTER)
+    # The plots: rendered for the plotted configurations (the made-up stages are not in this
+    # tree: one plot of them), and --check passes.
+    readme = os.path.join(tmp, "general", "README.md")
+    os.makedirs(os.path.dirname(readme))
+    write(readme, README_EMPTY)
     out_dir = os.path.join(tmp, "general_plots")
     check(run_plot([path, "--out-dir", out_dir, "--readme", readme], quiet=True) == 0, "plot.py renders every series")
-    check(pngs(out_dir) == sorted("fp16_d128%s_%s.png" % (suffix, kind) for suffix in ("", "_causal", "_kv8")
-                                  for kind in ("hist", "tflops")),
+    check(pngs(out_dir) == ["fp16_d128_causal.png", "fp16_d128_kv8.png", "untracked_fp16_d128.png"],
           "PNGs for the headline, causal and grouped-query configurations (%s)" % pngs(out_dir))
     check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir], quiet=True) == 0,
           "--check passes on a README with every series")
@@ -567,9 +642,9 @@ def test_timing_words(tmp):
     """The generated words follow the CSV's timing: a CSV timed in rounds says 'same rounds' where one
     timed separately (or without a timing line) says 'same run', and its any-length rows are compared
     with the headline length they shared rounds with (S = 1020 with 4096 once 1000 took 1024)."""
-    sys.path.insert(0, TOOLS)
     import gen_docs
     import results_tables
+    decl = general_stages()
     text = general_csv()
     odd = next(line for line in text.splitlines() if line.startswith("11_g,stage,any_length,fp16,128,16,32,32,0,0,1000,"))
     words = {}
@@ -577,21 +652,24 @@ def test_timing_words(tmp):
         path = os.path.join(tmp, "timing_%s.csv" % timing)
         write(path, csv_text + odd.replace(",1000,1000,", ",1020,1020,") + "\n")
         meta, rows = results_tables.load_results(path)
-        groups = results_tables.make_groups(rows)
-        bodies = results_tables.readme_bodies(groups, meta, path, os.path.join(tmp, "README.md"),
-                                              os.path.join(tmp, "plots"), declared={})
-        page = gen_docs.results_section("14_g", "13_g", (meta, groups), path, gen_docs.Freshness(meta))
-        words[timing] = bodies["results-table"] + bodies["results-summary"] + page
+        groups = results_tables.make_groups(rows, order=list(decl))
+        texts = results_tables.generated_texts(groups, meta, path, os.path.join(tmp, "README.md"),
+                                               os.path.join(tmp, "plots"), decl, [stages.Track("g", "G track", "")])
+        page = gen_docs.results_section(decl["14_g"], decl, (meta, groups), path,
+                                        os.path.join(tmp, "docs", "stages", "g", "14_g.md"))
+        words[timing] = "".join(body for _, body in texts.values()) + page
     separate, rounds = words["separate"], words["rounds"]
     check("same rounds" not in separate and "timed in rounds" not in separate and "S=1020 (vs 1024)" in separate
-          and "Median of the timed launches" in separate and "(same run, same GPU)" in separate,
+          and "each time the median over the timed launches" in separate and "from the same run." in separate
+          and "the median of its launches" in separate and "in the same run" in separate,
           "a CSV without a timing line: 'same run', the timed launches, S = 1020 against the next length, 1024")
     check("(its headline row, same rounds)" in rounds and "pad to), same rounds." in rounds
           and "without, same rounds):" in rounds and "timed in rounds: per shape" in rounds
           and "S=1020 (vs 4096)" in rounds and "same run" not in rounds,
-          "a CSV timed in rounds: 'same rounds' in the README's words, and S = 1020 against 4096 (its rounds)")
-    check("Minimum of the timed rounds (per shape" in rounds and "(same rounds, same GPU)" in rounds
-          and "timed in shuffled rounds" in rounds, "a CSV timed in rounds: the stage page's legend and source say so")
+          "a CSV timed in rounds: 'same rounds' in the generated words, and S = 1020 against 4096 (its rounds)")
+    check("each time the minimum over the timed rounds" in rounds and "from the same rounds." in rounds
+          and "the minimum of shuffled rounds" in rounds,
+          "a CSV timed in rounds: the stage page and the README say so")
 
 
 def test_flops_and_reference_check():
@@ -659,8 +737,10 @@ def test_merge(tmp):
     out_dir = os.path.join(tmp, "merge_out")
     parts = os.path.join(out_dir, "parts")
     os.makedirs(parts)
-    readme = os.path.join(tmp, "MERGE_README.md")
-    write(readme, README_BEFORE + README_MIDDLE + README_AFTER)
+    readme = os.path.join(tmp, "merge", "README.md")
+    os.makedirs(os.path.dirname(readme))
+    write(readme, README_EMPTY)
+    page = os.path.join(tmp, "merge", "docs", "results.md")
     common = ["--build-dir", build, "--out-dir", out_dir, "--plots-dir", os.path.join(tmp, "merge_plots"),
               "--readme", readme, "--no-docs"]
     write(os.path.join(parts, "part_fp16_d128.csv"), part_csv("part_fp16_d128", "fp16"))
@@ -681,7 +761,8 @@ def test_merge(tmp):
     check("# date=2000-01-01T00:00:00Z" in text and "# sm_clock_mhz_at_end=200" in text
           and re.search(r"results_fake-gpu_20000101-000000\.csv", read(readme)) is not None,
           "the merged CSV is dated by its first part and the README is generated from it")
-    check("measured in parts (part_fp16_d128, part_bf16_d128)" in read(readme), "the README says it was run in parts")
+    check(os.path.exists(page) and "measured in parts (part_fp16_d128, part_bf16_d128)" in read(page),
+          "docs/results.md says it was run in parts")
     check("# timing=separate" in text, "a part without a timing line merges with a separate one, as separate")
 
     refused = [
@@ -704,8 +785,8 @@ def test_merge(tmp):
                    "--series", "headline", "--compute-capability", "80", "--no-reference"] + common)
     check(rc == 0 and os.path.exists(os.path.join(parts, "part_bf16_d64.csv")) and "tools/bench.py --merge" in out,
           "bench.py --part writes parts/part_<dtypes>_<head_dims>.csv and says how to merge")
-    check("results-table" in read(readme) and "part_bf16_d64" not in read(readme),
-          "a part leaves the README alone")
+    check("tracks:begin" in read(readme) and "part_bf16_d64" not in read(readme) + read(page),
+          "a part leaves the README and docs/results.md alone")
 
 
 FAKE_FA_RUN = r'''#!%(python)s
@@ -768,8 +849,10 @@ def fake_build(tmp):
 def test_bench(tmp):
     build = fake_build(tmp)
     out_dir = os.path.join(tmp, "bench_out")
-    readme = os.path.join(tmp, "BENCH_README.md")
-    write(readme, README_BEFORE + README_MIDDLE + README_AFTER)
+    readme = os.path.join(tmp, "bench", "README.md")
+    os.makedirs(os.path.dirname(readme))
+    write(readme, README_EMPTY)
+    page = os.path.join(tmp, "bench", "docs", "results.md")
     common = ["--build-dir", build, "--compute-capability", "80", "--seqs", "128,256", "--any-length-seqs", "100",
               "--no-reference", "--out-dir", out_dir, "--plots-dir", os.path.join(tmp, "bench_plots"), "--readme", readme]
 
@@ -779,6 +862,12 @@ def test_bench(tmp):
     check("--stage 01_fake,04_fake_general --dtype bf16" in out and "--stage 01_fake,02_fake,04_fake_general --dtype fp16" in out,
           "a stage is run only at the dtypes it declares")
     check(not os.path.exists(out_dir), "--dry-run writes nothing")
+
+    rc, out = run([sys.executable, BENCH, "--dry-run", "--series", "headline", "--stages", "01_fake,04_fake"] + common)
+    check(rc == 0 and "--stage 01_fake,04_fake_general --dtype fp16" in out,
+          "--stages takes a stage by its id or its <track>_NN (04_fake for 04_fake_general)")
+    rc, out = run([sys.executable, BENCH, "--dry-run", "--stages", "04"] + common)
+    check(rc == 2 and "no stage '04'" in out, "--stages refuses a bare number")
 
     rc, out = run([sys.executable, BENCH, "--dry-run"] + common)
     commands = [line for line in out.splitlines() if "fa_run --stage" in line]
@@ -860,11 +949,14 @@ def test_bench(tmp):
     check(all(r["alibi"] == ("1" if r["series"] == "alibi" else "0") for r in rows), "only alibi rows say alibi 1")
     check("skipped=03_fake_hopper" in (read(latest) if os.path.exists(latest) else ""), "the CSV says what was skipped")
     text = read(readme)
+    full = read(page) if os.path.exists(page) else ""
     # The CSV is named after the GPU bench.py finds (nvidia-smi: a real one on a GPU machine).
-    check(re.search(r"results_[A-Za-z0-9.-]+_\d{8}-\d{6}\.csv", text) is not None and "| [01_fake]" not in text and "`02_fake` (not a stage of this tree)" in text,
-          "bench.py rewrote the README's results from its CSV")
-    check("**Causal attention**" in text and "**ALiBi**" in text and "**Any length**" in text
-          and "**Grouped-query attention**" in text, "the README got the causal, any-length, GQA and ALiBi parts")
+    check(re.search(r"results_[A-Za-z0-9.-]+_\d{8}-\d{6}\.csv", text) is not None
+          and "In the CSV but not stages of this tree: `01_fake`, `02_fake`, `04_fake_general`." in text
+          and "`02_fake` (not a stage of this tree)" in full,
+          "bench.py rewrote the README's tracks and docs/results.md from its CSV")
+    check("## Causal attention" in full and "## ALiBi" in full and "## Any length" in full
+          and "## Grouped-query attention" in full, "docs/results.md got the causal, any-length, GQA and ALiBi parts")
 
 
 def test_help():
@@ -885,7 +977,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="test_plots_") as tmp:
         test_synthetic_render_and_readme(tmp)
         test_committed_csv(tmp)
-        test_committed_wgmma_peak(tmp)
+        test_committed_readme()
+        test_committed_pages(tmp)
         test_sentences_and_columns()
         test_general_series(tmp)
         test_timing_words(tmp)

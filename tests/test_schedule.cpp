@@ -1,9 +1,10 @@
-// The persistent Hopper stages' tile order (stages/<stage>/schedule.h, from stage 25 on), on the CPU:
-// every tile comes exactly once, and under causal the two tiles of a turn add up to the same work,
-// within one K/V block, for any sequence length and tile height. The second property is about
-// speed, not results: a persistent block takes one turn after another, and the SMs that draw turns
-// of more work than the others finish last (stage 24 at S = 2048: turns of 17 to 25 K/V blocks, the
-// busiest SM 40% above the mean).
+// The persistent Hopper stages' tile order (stages/<track>/<stage>/schedule.h, from
+// hopper_10_balanced_pairs on), on the CPU: every tile comes exactly once, and under causal the two
+// tiles of a turn add up to the same work, within one K/V block, for any sequence length and tile
+// height. The second property is about speed, not results: a persistent block takes one turn after
+// another, and the SMs that draw turns of more work than the others finish last
+// (hopper_09_three_warpgroups at S = 2048: turns of 17 to 25 K/V blocks, the busiest SM 40% above
+// the mean).
 #include <algorithm>
 #include <vector>
 
@@ -40,8 +41,9 @@ int turn_spread(TileFn tile_coordinates, int batch_heads, int block_q, int block
   return hi < 0 ? 0 : hi - lo;
 }
 
-// Stage 23's and 24's order (before schedule.h): a head's query blocks n - 1, 0, n - 2, 1, ..., the
-// pairs straddling two heads when n is odd. Here only to show that the property above has teeth.
+// The order of hopper_08_causal and hopper_09_three_warpgroups (before schedule.h): a head's query
+// blocks n - 1, 0, n - 2, 1, ..., the pairs straddling two heads when n is odd. Here only to show
+// that the property above has teeth.
 Tile stage24_order(int tile, int n, int heads, bool causal) {
   const int batch_head = tile / n;
   const int k = tile % n;
@@ -90,18 +92,21 @@ TEST_CASE("schedule: under causal, the two tiles of a turn add up to the same wo
   }
 }
 
-TEST_CASE("schedule: the turn property catches the order of stages 23 and 24") {
-  // 192-row tiles at S = 2048 (stage 24, head_dim 64): 11 per head, turns of 17 to 25 K/V blocks.
+TEST_CASE("schedule: the turn property catches the order of hopper_08_causal and hopper_09_three_warpgroups") {
+  // 192-row tiles at S = 2048 (hopper_09_three_warpgroups, head_dim 64): 11 per head, turns of 17
+  // to 25 K/V blocks.
   CHECK(turn_spread(stage24_order, 2, 192, 128, 2048) == 8);
-  // 128-row tiles with an odd count per head (S = 1100: 9 tiles) unbalance stage 23 as well.
+  // 128-row tiles with an odd count per head (S = 1100: 9 tiles) unbalance hopper_08_causal as
+  // well.
   CHECK(turn_spread(stage24_order, 2, 128, 128, 1100) > 1);
   // With an even count per head the old order was exact.
   CHECK(turn_spread(stage24_order, 2, 128, 128, 2048) == 0);
 }
 
-TEST_CASE("schedule: at head_dim 64 the launcher takes the tile that stages 23 and 24 measured faster") {
-  // [16, S, 32, 64] on 132 SMs (the H200), fp16, the 44db310 run and call 18 (docs/stages/hopper/09_three_warpgroups.md):
-  //   not causal: 128-row tiles (stage 23) faster at S = 1024, 192-row tiles (stage 24) at 2048, 4096, 8192;
+TEST_CASE("schedule: at head_dim 64 the launcher takes the tile that hopper_08_causal and hopper_09_three_warpgroups measured faster") {
+  // [16, S, 32, 64] on 132 SMs (the H200), fp16 (docs/stages/hopper/09_three_warpgroups.md):
+  //   not causal: 128-row tiles (hopper_08_causal) faster at S = 1024, 192-row tiles
+  //   (hopper_09_three_warpgroups) at 2048, 4096, 8192;
   //   causal: 128-row tiles faster at S = 1024 and 2048, 192-row tiles at 8192 (S = 4096 even: not asserted).
   // And the GPT-2 call (batch 1, 9 tokens, 12 heads): one tile per SM, the 128-row tile is the cheaper step.
   int stages_with_choice = 0;
@@ -135,10 +140,10 @@ TEST_CASE("schedule: at head_dim 64 the launcher takes the tile that stages 23 a
 }
 
 TEST_CASE("schedule: at head_dim 128 the launcher takes the 160-key K/V block only where its steps cost less") {
-  // Stage 39 (wide_kv_pays): never under causal; otherwise where kStep160 (1.20, a prediction from
-  // stage 30's phases) times the 160-key steps is below the 128-key steps. At the benchmark's
-  // lengths: S = 1024 no (7 x 1.20 = 8.4 > 8), 2048, 4096, 8192 yes; 160 too (one 160-key step
-  // against two 128-key steps).
+  // experiments_03_wide_kv (wide_kv_pays): never under causal; otherwise where kStep160 (1.20, a
+  // prediction from hopper_15_lazy_rescale's phases) times the 160-key steps is below the 128-key
+  // steps. At the benchmark's lengths: S = 1024 no (7 x 1.20 = 8.4 > 8), 2048, 4096, 8192 yes; 160
+  // too (one 160-key step against two 128-key steps).
   int stages_with_choice = 0;
   for (int s = 0; s < schedules::kStageScheduleCount; ++s) {
     const StageSchedule& stage = *schedules::kStageSchedules[s];

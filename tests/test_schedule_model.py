@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""CPU test of tools/schedule_model.py, the replay of the persistent stages' static schedules that
-the pages of stages 23 and 24 quote. It checks the counts those pages print (busiest and mean K/V-block
-steps per SM, [16, S, 32, D], 132 SMs, Bc 128), a hand-countable small case, that every order covers
-every tile once, and that the script answers --help and refuses an unknown order.
+"""CPU test of tools/schedule_model.py, the replay of the stages' static schedules that the pages of
+hopper_08_causal, hopper_09_three_warpgroups and ampere_17_lpt_order quote. It checks the counts
+those pages print (busiest and mean K/V-block steps per SM, [16, S, 32, D], 132 SMs, Bc 128), a
+hand-countable small case, that every order covers every tile once, and that the script answers
+--help and refuses an unknown order.
 Exit codes: 0 pass, 1 fail.
 """
 import contextlib
@@ -29,14 +30,14 @@ def busiest(order, block_q, seq, causal=True):
 # docs/stages/hopper/08_causal.md, "Why pairs": mean, round-robin's busiest, pairs' busiest.
 for seq, mean, rr, pairs in ((1024, 139.6, 192, 144), (2048, 527.5, 636, 544), (4096, 2048.0, 2280, 2079),
                              (8192, 8067.9, 8592, 8125)):
-    check("page 23, S=%d round_robin" % seq, busiest("round_robin", 128, seq), (mean, rr))
-    check("page 23, S=%d longest_first" % seq, busiest("longest_first", 128, seq), (mean, rr))
-    check("page 23, S=%d pairs" % seq, busiest("pairs", 128, seq), (mean, pairs))
+    check("hopper_08 page, S=%d round_robin" % seq, busiest("round_robin", 128, seq), (mean, rr))
+    check("hopper_08 page, S=%d longest_first" % seq, busiest("longest_first", 128, seq), (mean, rr))
+    check("hopper_08 page, S=%d pairs" % seq, busiest("pairs", 128, seq), (mean, pairs))
 
-# docs/stages/hopper/09_three_warpgroups.md, the causal table: 192-row tiles under stage 23's pairs.
+# docs/stages/hopper/09_three_warpgroups.md, the causal table: 192-row tiles under hopper_08_causal's pairs.
 for seq, mean, most in ((1024, 124.1, 132), (2048, 391.8, 550), (4096, 1489.5, 1505), (8192, 5542.8, 5586)):
-    check("page 24, S=%d pairs, Br 192" % seq, busiest("pairs", 192, seq), (mean, most))
-# The odd-count fix (branch next/hopper-25-27, stage 25): S = 2048 from 550 to 418.
+    check("hopper_09 page, S=%d pairs, Br 192" % seq, busiest("pairs", 192, seq), (mean, most))
+# The odd-count fix (hopper_10_balanced_pairs): S = 2048 from 550 to 418.
 check("pairs_odd, S=2048, Br 192", busiest("pairs_odd", 192, 2048), (391.8, 418))
 # Not causal, S = 1024: 3072 tiles of 192 rows (8 blocks each) on 132 SMs, the busiest takes 24 of them.
 check("not causal, S=1024, Br 192", sm.replay("round_robin", 192, 128, 1024, 1024, 16, 32, 132, False)[1], 24 * 8)
@@ -54,7 +55,7 @@ for order in sm.ORDERS:
             check("%s covers n=%d heads=%d" % (order, n, heads), seen,
                   sorted((bh, q) for bh in range(heads) for q in range(n)))
 
-# The non-persistent grids (--dispatch, stage 33's page): by hand first.
+# The non-persistent grids (--dispatch, ampere_17_lpt_order's page): by hand first.
 # One SM with 2 slots, blocks of 2 and 1 steps: both at half speed until t = 2, then the longer one alone
 # for its last step: at half speed (lone_speed 1) it ends at 4, with the whole SM (2) at 3.
 check("dispatch by hand, lone 1", sm.dispatch([2, 1], 1, 2, 1.0), 4.0)
@@ -72,12 +73,12 @@ for order in sm.DISPATCH_ORDERS:
             got = sorted(sm.dispatch_order(order, n, bh, group))
             check("%s covers n=%d heads=%d group=%d" % (order, n, bh, group), got,
                   sorted((h, q) for h in range(bh) for q in range(n)))
-# Stage 33's prediction, [16, 2048, 32, 64] causal on 132 SMs x 2 slots: 1096 steps with stage 32's
+# ampere_17_lpt_order's prediction, [16, 2048, 32, 64] causal on 132 SMs x 2 slots: 1096 steps with ampere_16's
 # order, 1060 with the groups of 60 heads (ideal 1055).
 ideal, end, _ = sm.replay_dispatch("longest_first", 128, 64, 2048, 2048, 16, 32, 132, 2, 1.0, True, 256, 60 << 20)
-check("page 33, S=2048 longest_first", (round(ideal, 1), round(end, 1)), (1055.0, 1096.0))
+check("ampere_17 page, S=2048 longest_first", (round(ideal, 1), round(end, 1)), (1055.0, 1096.0))
 ideal, end, group = sm.replay_dispatch("lpt_groups", 128, 64, 2048, 2048, 16, 32, 132, 2, 1.0, True, 256, 60 << 20)
-check("page 33, S=2048 lpt_groups", (round(end, 1), group), (1060.0, 60))
+check("ampere_17 page, S=2048 lpt_groups", (round(end, 1), group), (1060.0, 60))
 
 # The command line.
 out = io.StringIO()

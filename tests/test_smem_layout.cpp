@@ -1,11 +1,12 @@
-// Every stage's shared-memory tile layout (stages/NN_name/smem_layout.h), checked on the host.
+// Every stage's shared-memory tile layout (stages/<track>/NN_name/smem_layout.h), checked on the host.
 //
 // Shared memory has 32 banks of 4 bytes. ldmatrix reads 8 rows of 16 bytes per phase (one 8x8
 // matrix): the phase is conflict-free when the 8 row addresses fall in 8 different 16-byte bank
 // groups, group = (byte_offset / 16) % 8. A plain row-major tile with 128- or 256-byte rows puts
 // the same chunk of 8 consecutive rows in one group: an 8-way conflict. Each stage's smem_layout.h
-// declares what its layout costs (kLdmatrixConflictWays: 8 for the plain layout of stages 1-3, which
-// is why stage 4 exists; 1 for the swizzle), and every phase the kernels issue must cost exactly that.
+// declares what its layout costs (kLdmatrixConflictWays: 8 for the plain layout of ampere_01_base
+// to ampere_03_eager_kv, which is why ampere_04_swizzle exists; 1 for the swizzle), and every phase
+// the kernels issue must cost exactly that.
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -28,7 +29,7 @@ std::vector<StageLayout> stage_layouts() {
   return layouts;
 }
 
-constexpr int kMaxTileRows = 128;  // the largest tile any stage stages (Br = 128 from stage 8 on)
+constexpr int kMaxTileRows = 128;  // the largest tile any stage stages (Br = 128 from ampere_08 on)
 constexpr int kElemBytes = 2;      // fp16 / bf16
 const int kRowElemsCases[] = {64, 128};
 
@@ -162,8 +163,8 @@ TEST_CASE("epilogue 4-byte stores of O: conflict-free in every swizzled layout",
 
 TEST_CASE("16-byte global->shared copies are conflict-free in every stage", "[smem]") {
   // copy_tile_to_smem: thread i of the block stores chunk i (row i / chunks_per_row). A warp's 32
-  // 16-byte stores go in 4 phases of 8 consecutive threads; this holds with or without swizzle,
-  // so stage 4 is about ldmatrix and the epilogue, not about the copies.
+  // 16-byte stores go in 4 phases of 8 consecutive threads; this holds with or without swizzle, so
+  // ampere_04_swizzle is about ldmatrix and the epilogue, not about the copies.
   for (const StageLayout& s : stage_layouts()) {
     for (int row_elems : kRowElemsCases) {
       INFO("stage " << s.stage << ", row_elems " << row_elems);
@@ -181,10 +182,10 @@ TEST_CASE("16-byte global->shared copies are conflict-free in every stage", "[sm
   }
 }
 
-// From stage 10 on, fragment and copy addresses are a per-lane base plus compile-time offsets
-// (LaneAddress, copy_tile_to_smem): the sub-tile 16 rows further down, or 64 columns (8 chunks)
-// further right, is the same swizzle shifted by a constant. This checks that identity for every
-// swizzled layout, every lane of every ldmatrix addressing, and both head dims.
+// From ampere_10_lane_addresses on, fragment and copy addresses are a per-lane base plus
+// compile-time offsets (LaneAddress, copy_tile_to_smem): the sub-tile 16 rows further down, or 64
+// columns (8 chunks) further right, is the same swizzle shifted by a constant. This checks that
+// identity for every swizzled layout, every lane of every ldmatrix addressing, and both head dims.
 TEST_CASE("swizzled layouts: +16 rows and +64 columns are constant shifts (the lane bases of LaneAddress)", "[smem]") {
   for (const StageLayout& s : stage_layouts()) {
     if (!swizzle_expected(s) || s.tile_in_boxes) continue;  // boxes: the next test case
@@ -209,12 +210,12 @@ TEST_CASE("swizzled layouts: +16 rows and +64 columns are constant shifts (the l
   }
 }
 
-// From stage 37 on, a lane keeps one base per tile instead of 4 (LaneAddress): the base of chunk
-// group g = 0..3 (the sub-tile columns 16 g .. 16 g + 15) is the group-0 base XOR 32 g bytes. That
-// holds where the lane's column is chunk 0 or 1 of its pair (every ldmatrix addressing) and the
-// tile starts on a 128-byte boundary (bits 5 and 6 of the start clear); a start 32 bytes off breaks
-// it, which the negative control shows.
-TEST_CASE("swizzled layouts: a chunk group's lane base is group 0's XOR 32 g (stage 37's LaneAddress)", "[smem]") {
+// From ampere_19_xor_lane_address on, a lane keeps one base per tile instead of 4 (LaneAddress):
+// the base of chunk group g = 0..3 (the sub-tile columns 16 g .. 16 g + 15) is the group-0 base XOR
+// 32 g bytes. That holds where the lane's column is chunk 0 or 1 of its pair (every ldmatrix
+// addressing) and the tile starts on a 128-byte boundary (bits 5 and 6 of the start clear); a start
+// 32 bytes off breaks it, which the negative control shows.
+TEST_CASE("swizzled layouts: a chunk group's lane base is group 0's XOR 32 g (ampere_19_xor_lane_address's LaneAddress)", "[smem]") {
   const int aligned_starts[] = {0, 128, 1024 + 128, 32768};
   for (const StageLayout& s : stage_layouts()) {
     if (!swizzle_expected(s) || s.tile_in_boxes) continue;
@@ -242,10 +243,10 @@ TEST_CASE("swizzled layouts: a chunk group's lane base is group 0's XOR 32 g (st
   }
 }
 
-// From stage 34 on, O's staging tile is what a TMA store reads: boxes of 64 rows x 64 columns, each
-// a contiguous 8 KB (so, from a 1024-byte aligned tile, on a 1024-byte boundary: the 128-byte
-// swizzle's period), box (slab s, panel p) at element 64 * 64 * (s * panels + p), its rows 128 bytes
-// apart (the box's row pitch).
+// From experiments_01_tma_store on, O's staging tile is what a TMA store reads: boxes of 64
+// rows x 64 columns, each a contiguous 8 KB (so, from a 1024-byte aligned tile, on a 1024-byte
+// boundary: the 128-byte swizzle's period), box (slab s, panel p) at element
+// 64 * 64 * (s * panels + p), its rows 128 bytes apart (the box's row pitch).
 TEST_CASE("box layouts: every 64 x 64 box is contiguous, 1024-byte aligned, with 128-byte rows", "[smem]") {
   for (const StageLayout& s : stage_layouts()) {
     if (!s.tile_in_boxes) continue;

@@ -1,10 +1,10 @@
-// Stage 41's block done again on one warp (stages/hopper/17_warp_redo/smem_layout.h), checked on the host:
-// the warp loads mma.sync fragments with ldmatrix.x4 straight from the wgmma operand tiles (Q and K
-// in the 128B-swizzled 64-column panels), so each lane's address must name the element the
-// fragment maps of common/fragment_layout.h put in its registers, at every row block, key block and
-// k-step of both head dims and both tile heights (128 and 192 query rows; 128 keys). And the
-// kernel's shortcut, every address reached from the lane's one at row 0, column 0 by one XOR and
-// added constants (ldmatrix_offset_from), must give the same offsets.
+// hopper_17_warp_redo's block done again on one warp (stages/hopper/17_warp_redo/smem_layout.h),
+// checked on the host: the warp loads mma.sync fragments with ldmatrix.x4 straight from the wgmma
+// operand tiles (Q and K in the 128B-swizzled 64-column panels), so each lane's address must name
+// the element the fragment maps of common/fragment_layout.h put in its registers, at every row
+// block, key block and k-step of both head dims and both tile heights (128 and 192 query rows; 128
+// keys). And the kernel's shortcut, every address reached from the lane's one at row 0, column 0 by
+// one XOR and added constants (ldmatrix_offset_from), must give the same offsets.
 //
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16 (PTX ISA): lane l supplies the address of row l % 8 of
 // matrix l / 8, 8 contiguous 16-bit elements; thread t receives in register i the elements
@@ -65,7 +65,7 @@ std::array<std::array<std::array<int, 2>, 4>, kLanes> ldmatrix_x4(const std::vec
 
 }  // namespace
 
-TEST_CASE("stage 41: ldmatrix from the swizzled Q panels gives every warp's mma.sync A fragments", "[warp_redo]") {
+TEST_CASE("hopper_17_warp_redo: ldmatrix from the swizzled Q panels gives every warp's mma.sync A fragments", "[warp_redo]") {
   for (int head_dim : {64, 128})
     for (int q_rows : {128, 192}) {
       const std::vector<int> q = named_tile(q_rows, head_dim);
@@ -87,7 +87,7 @@ TEST_CASE("stage 41: ldmatrix from the swizzled Q panels gives every warp's mma.
     }
 }
 
-TEST_CASE("stage 41: ldmatrix from the swizzled K panels gives the B fragments of every n8 pair", "[warp_redo]") {
+TEST_CASE("hopper_17_warp_redo: ldmatrix from the swizzled K panels gives the B fragments of every n8 pair", "[warp_redo]") {
   for (int head_dim : {64, 128}) {
     const std::vector<int> k = named_tile(kBlockKV, head_dim);
     for (int key0 = 0; key0 < kBlockKV; key0 += 2 * fa::kMmaN)
@@ -110,7 +110,7 @@ TEST_CASE("stage 41: ldmatrix from the swizzled K panels gives the B fragments o
   }
 }
 
-TEST_CASE("stage 41: the check can fail (A addressing used for K's B fragments)", "[warp_redo]") {
+TEST_CASE("hopper_17_warp_redo: the check can fail (A addressing used for K's B fragments)", "[warp_redo]") {
   const std::vector<int> k = named_tile(kBlockKV, 128);
   const auto b = ldmatrix_x4(k, [&](int lane) { return stage41_warp_redo::ldmatrix_a_offset(0, 0, lane, kBlockKV); });
   int wrong = 0;

@@ -4,7 +4,7 @@
 
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
-  # Every stage's declared SASS signature (stages/*/stage.json), on every architecture built.
+  # Every stage's declared SASS signature (stages/<track>/*/stage.json), on every architecture built.
   set(sass_args "")
   foreach(stage IN LISTS FA_STAGES)
     list(APPEND sass_args "--stage" "${stage}=$<TARGET_FILE:stage_${stage}>")
@@ -13,10 +13,9 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_sass.py ${sass_args})
   set_tests_properties(test_sass_structure PROPERTIES LABELS "cpu;sass" SKIP_RETURN_CODE 77)
 
-  # The generated parts of docs/ that need no build (each stage's diff against its parent, the
-  # results tables and whether the measured source changed since the CSV's revision, the
-  # performance log's headline) must match the tree: a stage edit without
-  # `python3 tools/gen_docs.py` fails here.
+  # The generated parts of docs/ that need no build (each stage's diffstat against its parent, its
+  # results table from the committed CSV, the ceilings, the headline table of docs/performance.md)
+  # must match the tree: a stage edit without `python3 tools/gen_docs.py` fails here.
   add_test(NAME docs_generated_sections_fresh
     COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/gen_docs.py --check
             --sections diff,results,headline,ceilings)
@@ -29,7 +28,7 @@ if(Python3_Interpreter_FOUND)
             --build-dir ${PROJECT_BINARY_DIR})
   set_tests_properties(docs_sass_sections_fresh PROPERTIES LABELS "cpu;docs;sass" SKIP_RETURN_CODE 77)
 
-  # Every stage has its page, its row in the README's stage table and its place in docs/algorithm.md.
+  # Every stage has its page, its row in its track's README table and its place in docs/algorithm.md.
   add_test(NAME docs_cover_every_stage
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_docs_coverage.py)
   set_tests_properties(docs_cover_every_stage PROPERTIES LABELS "cpu;docs")
@@ -52,10 +51,15 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_rounds.py)
   set_tests_properties(test_bench_rounds PROPERTIES LABELS cpu)
 
-  # tools/schedule_model.py: the static schedules' counts that the pages of stages 23 and 24 quote.
+  # tools/schedule_model.py: the static schedules' counts that the pages of hopper_08_causal,
+  # hopper_09_three_warpgroups and ampere_17_lpt_order quote.
   add_test(NAME test_schedule_model
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_schedule_model.py)
   set_tests_properties(test_schedule_model PROPERTIES LABELS cpu)
+
+  # No file speaks of how the work was produced instead of the project (tests/test_no_lab_notebook.py).
+  add_test(NAME test_no_lab_notebook COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_no_lab_notebook.py)
+  set_tests_properties(test_no_lab_notebook PROPERTIES LABELS cpu)
 else()
   message(WARNING "python3 not found: the SASS and docs tests (tests/check_sass.py, tools/gen_docs.py, "
                   "tests/test_docs_coverage.py) are not registered")

@@ -156,9 +156,11 @@ def parse_args(argv):
     p.add_argument("--out-dir", default=None, help="where the CSV goes (default plots/results)")
     p.add_argument("--plots-dir", default=None, help="where the PNGs go (default plots; --quick: the out-dir)")
     p.add_argument("--readme", default=None,
-                   help="README whose results sections tools/plot.py rewrites (default README.md; --quick: none)")
-    p.add_argument("--no-readme", action="store_true", help="do not touch any README")
-    p.add_argument("--no-plots", action="store_true", help="no PNGs (the README's tables are still rewritten)")
+                   help="README whose tracks section tools/plot.py rewrites, with the docs/results.md beside it "
+                        "(default README.md; --quick: none)")
+    p.add_argument("--no-readme", action="store_true", help="do not touch any README or docs/results.md")
+    p.add_argument("--no-plots", action="store_true",
+                   help="no PNGs (the README's tables and docs/results.md are still rewritten)")
     p.add_argument("--no-docs", action="store_true",
                    help="do not run tools/gen_docs.py afterwards (then its --check fails if latest.csv changed)")
     p.add_argument("--no-reference", action="store_true",

@@ -1,9 +1,9 @@
 """Python's side of common/c_api.h: the stages of build/libfa_capi.so, called through ctypes.
 
     lib = FaCapi("build/libfa_capi.so")
-    lib.stage_names()                        # ["ampere_01_base", ..., "hopper_14_feature_switches"]
+    lib.stage_names()                        # ["ampere_01_base", ..., "experiments_03_wide_kv"]
     params = lib.params(q, k, v, o, causal=False)   # torch tensors [B, S, H, D], o written
-    lib.launch("29", params, stream)         # raises FaCapiError with the launcher's message
+    lib.launch("hopper_17", params, stream)  # by id or <track>_NN; raises FaCapiError with the launcher's message
 
 The structs below mirror common/c_api.h field by field; tests/test_c_api.py holds the two to each
 other (sizes and a launch whose error message names the field it read).

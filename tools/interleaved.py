@@ -9,14 +9,17 @@ within a tenth of a second of load and the clock drops by 6-7%, so a series that
 has a median that depends on where it started, and two series compare different clocks. Here the
 launches take turns instead: round r launches every implementation once, in an order shuffled
 afresh each round (so that each follows each other one about equally often: a kernel starts at the
-clock its predecessor left, call 38), each launch between its own pair of CUDA events. Launch i of
+clock its predecessor left), each launch between its own pair of CUDA events. Launch i of
 one implementation and launch i of another run within a few milliseconds of each other, at the
 same clock.
 
     cmake --build build --target fa_capi          # build/libfa_capi.so (common/c_api.h)
-    python3 tools/interleaved.py --stages 24,29 --dtype bf16 --head-dim 64 --seqs 4096
-    python3 tools/interleaved.py --stages 17,21,24,30 --dtype fp16,bf16 --head-dim 64,128 \
-        --seqs 1024,2048,4096,8192 --csv interleaved.csv   # issue 11's headline shapes
+    python3 tools/interleaved.py --stages hopper_16,hopper_17 --dtype bf16 --head-dim 64 --seqs 4096
+    python3 tools/interleaved.py --stages ampere_10,hopper_06,hopper_15 --dtype fp16,bf16 --head-dim 64,128 \
+        --seqs 1024,2048,4096,8192 --csv interleaved.csv   # the headline shapes
+
+A stage is named by its id (hopper_17_warp_redo) or its <track>_NN (hopper_17), as fa_run --stage
+takes it.
 
 Every implementation's output is checked first (tools/torch_reference.py's check_output, the rule
 of common/checker.h, on sampled rows); one that fails gets no time. Inputs are torch_reference's
@@ -28,7 +31,8 @@ FA_GIT_REV or git, the command).
 
 --any-length 1000,4000 (one length per --seqs value, 0 for none) also runs the stages at that length
 in the same rounds and gives their TFLOP/s there (useful FLOPs) as a % of the TFLOP/s at the --seqs
-length: issue 12's any-length rule without two series between them. --any-length-stages runs only
+length (a length that is a multiple of no tile should run at the speed of the padded length,
+per useful FLOP), without two series between them. --any-length-stages runs only
 some stages there; --any-length-references runs FA2 and cuDNN there too (fa2@1000, cudnn@1000), so
 that the stages at that length get their % of FA2 and cuDNN from the same rounds.
 
@@ -65,6 +69,7 @@ from cli_util import git_revision, int_list, nvidia_smi_query  # noqa: E402
 from fa_capi import FaCapi, FaCapiError  # noqa: E402
 from nvml import Nvml, NvmlError  # noqa: E402
 from results_csv import attention_flops  # noqa: E402
+import stages as stage_declarations  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +79,8 @@ def parse_args(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", default=str(ROOT / "build" / "libfa_capi.so"), help="the C interface's library")
     p.add_argument("--stages", required=True,
-                   help="comma-separated stage names or numbers ('' for none: only --alibi-stages and the references)")
+                   help="comma-separated stage ids or <track>_NN ('' for none: only --alibi-stages and the "
+                        "references)")
     p.add_argument("--references", default="fa2,cudnn", help="comma-separated subset of fa2,cudnn ('' for none)")
     p.add_argument("--dtype", default="fp16", help="fp16, bf16 or both, comma-separated")
     p.add_argument("--head-dim", type=int_list, default=int_list("128"), help="head dims, comma-separated")
@@ -144,7 +150,7 @@ def implementations(torch, lib, args, q, k, v, seq, stages, alibi_stages, tag=""
     slopes = [2.0 ** (-8.0 * (h + 1) / args.heads) for h in range(args.heads)]
     slopes_gpu = torch.tensor(slopes, dtype=torch.float32, device=q.device)
     for stage in dict.fromkeys(stages + alibi_stages):  # each once, in order: without, then with slopes
-        names = [n for n in lib.stage_names() if n == stage or n.split("_")[0] == stage]
+        names = [n for n in lib.stage_names() if stage_declarations.selects(stage, n)]
         variants = ([("", None)] if stage in stages else []) + ([("+alibi", slopes_gpu)] if stage in alibi_stages else [])
         for suffix, alibi in variants:
             o = torch.empty_like(q)
@@ -190,8 +196,9 @@ def launch_plan(names, warmup, reps, order, seed=1):
     """[(name, timed)] in launch order. rounds: every round launches every implementation once, in an
     order shuffled afresh each round (seeded), so that each follows each other one about equally
     often; series: each implementation's warm-up and timed launches in a row, one after another.
-    (Rotating one list instead keeps who follows whom: call 38 found cuDNN after FA2 in three rounds
-    of four that way, starting at the clock FA2 had left, which moved its median by 10%.)"""
+    (Rotating one list instead keeps who follows whom: with four implementations cuDNN follows FA2
+    in three rounds of four, starting at the clock FA2 had left, which moved its median by 10% on
+    the H200.)"""
     if order == "series":
         return [(n, i >= warmup) for n in names for i in range(warmup + reps)]
     shuffle = random.Random(seed).shuffle
@@ -268,7 +275,7 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
     print("\n%s, head_dim %d, [%d, %d, %d, %d]%s%s" % (
         dtype_name, head_dim, args.batch, seq, args.heads, head_dim,
         ", kv_heads %d" % args.kv_heads if args.kv_heads != args.heads else "", ", causal" if args.causal else ""))
-    print("%-26s %10s %10s %8s %13s %13s  %s" % ("impl", "median_ms", "min_ms", "TFLOP/s",
+    print("%-34s %10s %10s %8s %13s %13s  %s" % ("impl", "median_ms", "min_ms", "TFLOP/s",
                                                "% FA2 med/min", "% cuDNN m/m", "status"))
     for name, kind, launch, status, err in impls:
         row = {"impl": name, "kind": kind, "dtype": dtype_name, "head_dim": head_dim, "batch": args.batch,
@@ -290,7 +297,7 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
 
         def pct(key):
             return "%.1f" % float(row[key]) if row[key] else "-"
-        print("%-26s %10s %10s %8s %6s/%-6s %6s/%-6s  %s" % (
+        print("%-34s %10s %10s %8s %6s/%-6s %6s/%-6s  %s" % (
             name, row["median_ms"] or "-", row["min_ms"] or "-", "%.1f" % float(row["tflops"]) if row["tflops"] else "-",
             pct("pct_of_fa2"), pct("pct_of_fa2_min"), pct("pct_of_cudnn"), pct("pct_of_cudnn_min"), status[:60]))
         if name in cycles:
@@ -298,7 +305,7 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
             row.update(sm_clock_mhz="%d" % clock, power_w="%.0f" % power, mcycles="%.4g" % cycles[name])
             if same_length("cudnn", name) in cycles:
                 row["pct_of_cudnn_cycles"] = "%.2f" % (100 * cycles[same_length("cudnn", name)] / cycles[name])
-            print("%-26s   SM clock %d MHz, %.0f W, %d C, %s; %.4g Mcycles = %s%% of cuDNN's" % (
+            print("%-34s   SM clock %d MHz, %.0f W, %d C, %s; %.4g Mcycles = %s%% of cuDNN's" % (
                 "", clock, power, temp, reasons, cycles[name], row["pct_of_cudnn_cycles"] or "-"))
         if args.launch_times and name in times:
             print("  launch ms: " + " ".join("%.4g" % t for t in times[name]))
@@ -308,13 +315,13 @@ def time_case(torch, lib, args, dtype_name, head_dim, seq, nvml=None):
     if args.alibi_list:  # the cost of the slopes: each stage against itself without them, same rounds
         for name in [n for n in stats if n + "+alibi" in stats]:
             with_alibi = stats[name + "+alibi"]
-            print("%-26s ALiBi costs %+.1f%% (medians), %+.1f%% (minima)" % (
+            print("%-34s ALiBi costs %+.1f%% (medians), %+.1f%% (minima)" % (
                 name, 100 * (with_alibi[0] / stats[name][0] - 1), 100 * (with_alibi[1] / stats[name][1] - 1)))
-    if other is not None:  # issue 12's any-length rule: TFLOP/s (useful FLOPs) at the odd length over the even one
+    if other is not None:  # the any-length rule: TFLOP/s (useful FLOPs) at the odd length over the even one
         for name in [n for n in stats if n + "@%d" % other in stats]:
             rate = {n: (flops[n] / stats[n][0], flops[n] / stats[n][1]) for n in (name, name + "@%d" % other)}
             odd, even = rate[name + "@%d" % other], rate[name]
-            print("%-26s S = %d runs at %.1f%% (medians), %.1f%% (minima) of the TFLOP/s at S = %d" % (
+            print("%-34s S = %d runs at %.1f%% (medians), %.1f%% (minima) of the TFLOP/s at S = %d" % (
                 name, other, 100 * odd[0] / even[0], 100 * odd[1] / even[1], seq))
     return rows, failed
 

@@ -97,7 +97,7 @@ def timing_of(meta):
 # result was timed separately; the minimum over the rounds where all were timed in the same rounds.
 # In a full run's rounds the launches of one implementation spread by 8-10% at S >= 4096 (its
 # predecessor's power draw sets its clock), and medians of 20 rounds left two kernels with the same
-# SASS up to 7.3% apart while their minima agreed within 0.8% (call 65; docs/benchmarking.md,
+# SASS up to 7.3% apart on the H200 while their minima agreed within 0.8% (docs/benchmarking.md,
 # "The statistic").
 STATISTIC = {"separate": ("median_ms", "median"), "rounds": ("min_ms", "minimum")}
 

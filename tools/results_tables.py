@@ -52,6 +52,11 @@ one shape per stage. How the numbers are measured: [benchmarking.md](benchmarkin
 """
 
 
+# Where the stages of a CSV that are not stages of this tree go (a name no track may take: tracks
+# are named by their folders under stages/).
+UNTRACKED = stage_declarations.Track("untracked", "Stages not in this tree", "")
+
+
 class ResultsError(Exception):
     """A CSV or README that cannot be turned into results (exit status 2 in tools/plot.py)."""
 
@@ -258,8 +263,8 @@ def plot_list(groups, declared, tracks=None):
                                   "%s: %s" % (track.title, g.title())))
         others = [s for s in g.stages if s not in declared]
         if others:
-            plots.append(Plot("other_%s.png" % g.slug, "bars", g.only(others), others, [], None,
-                              "Stages not in this tree: %s" % g.title()))
+            plots.append(Plot("%s_%s.png" % (UNTRACKED.name, g.slug), "bars", g.only(others), others, [], None,
+                              "%s: %s" % (UNTRACKED.title, g.title())))
     for g in groups:
         if g.series != "headline" and g.plotted() and g.stages:
             plots.append(Plot("%s.png" % g.slug, "bars", g, list(g.stages), [], None, g.title()))
@@ -715,14 +720,14 @@ def readme_body(groups, meta, csv_path, readme_path, plots_dir, declared, tracks
         out.append("The CSV has no non-causal headline rows; every table it has: [docs/results.md](%s)."
                    % relative_link(page, readme_dir))
     else:
-        refs = ", ".join("%s %.1f TFLOP/s" % (reference_label(r, short=True), group.get(r, seq)["tf"])
-                         for r in group.references if group.get(r, seq) is not None and group.get(r, seq)["tf"])
-        out.append("Each row: the stage at %s on the %s (git %s; %s%s), its TFLOP/s, its time against its parent's "
-                   "in the same %s (negative: faster) and its speed as a %% of FA2's and cuDNN's. Every shape and "
+        refs = " and ".join("%s %.1f" % (reference_label(r, short=True), group.get(r, seq)["tf"])
+                            for r in group.references if group.get(r, seq) is not None and group.get(r, seq)["tf"])
+        out.append("Each row: a stage at %s, on the %s (git %s; %s%s): its TFLOP/s, its time against its parent's "
+                   "in the same %s (negative: faster), its speed as a %% of FA2's and of cuDNN's. Every shape and "
                    "series: [docs/results.md](%s)."
                    % (shape_words(group, seq), meta.get("gpu", "unknown GPU"), meta.get("git", "unknown"),
                       "the minimum of shuffled rounds" if timing_of(meta) == "rounds" else "the median of its launches",
-                      "; " + refs if refs else "", TIMING_WORDS[timing_of(meta)]["same"].split()[1],
+                      "; %s TFLOP/s there" % refs if refs else "", TIMING_WORDS[timing_of(meta)]["same"].split()[1],
                       relative_link(page, readme_dir)))
     plots = {p.name for p in plot_list(groups, declared, tracks)}
     for track in track_list(declared, tracks):
@@ -758,7 +763,7 @@ def page_body(groups, meta, csv_path, page_path, plots_dir, declared, tracks=Non
     sections = [(t, track_stages(t, declared)) for t in track_list(declared, tracks)]
     others = list(collections.OrderedDict.fromkeys(s for g in headline for s in g.stages if s not in declared))
     if others:
-        sections.append((stage_declarations.Track("other", "Stages not in this tree", ""), others))
+        sections.append((UNTRACKED, others))
     for track, names in sections:
         if not names:
             continue

@@ -8,7 +8,7 @@
     sass.main_loop(kernel.instructions)            # the body of the main K/V loop
 
 One reading of the machine code for every script that looks at it: tests/check_sass.py (each stage's
-declared SASS signature), tools/sass_counts.py (the evidence tables) and tools/gen_docs.py (the SASS
+declared SASS signature), tools/sass_counts.py (the SASS tables) and tools/gen_docs.py (the SASS
 sections of docs/stages).
 
 Opcodes are counted with prefix semantics: count("LDG") counts LDG.E.128 and LDG.E but not LDGSTS;
@@ -242,7 +242,7 @@ def main_loop(instructions: list[Instruction]) -> list[Instruction]:
     return best
 
 
-# The columns of the evidence tables (tools/sass_counts.py, the SASS sections of docs/stages), and
+# The columns of the SASS tables (tools/sass_counts.py, the SASS sections of docs/stages), and
 # how an instruction is counted in them.
 TABLE_COLUMNS = ["HMMA", "HGMMA", "LDSM", "LDSM.T", "LDGSTS", "LDG", "STS", "LDS", "MUFU.EX2", "FMUL", "FFMA",
                  "FADD", "FMNMX", "SHFL", "F2FP", "BAR.SYNC", "LDL", "STL"]

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Static SASS instruction counts of every stage's attention kernel: the evidence tables in docs/.
+"""Static SASS instruction counts of every stage's attention kernel: the SASS tables in docs/.
 
     python3 tools/sass_counts.py [--build-dir build] [--arch sm_90] [--dtype fp16] [--head-dim 128] [--order]
                                  [--switches-on]
 
-Reads the stage libraries a build left behind (libstage_NN_name.a, for every stage in
-stages/*/stage.json), disassembles them with cuobjdump -sass, picks the kernel for the dtype and
+Reads the stage libraries a build left behind (libstage_<id>.a, for every stage in
+stages/<track>/NN_name/stage.json), disassembles them with cuobjdump -sass, picks the kernel for the dtype and
 head_dim asked for, and counts opcodes twice: in the whole kernel, and in the main K/V loop. The
 main loop is found without source-line information: it is the innermost backward branch whose body
 contains an HMMA or HGMMA and no EXIT (tools/sass.py, main_loop). These are static counts (instructions in the code), not executed counts: the loop
@@ -16,10 +16,10 @@ H = HMMA, e = MUFU.EX2, | = BAR.SYNC (other instructions are left out), and says
 loop has exactly the opcode sequence (operands aside) of an earlier stage's loop.
 
 Columns: HMMA (mma.sync), LDSM (ldmatrix, all), LDSM.T (ldmatrix .trans), LDGSTS (cp.async),
-LDG/STS (stage 1's copies through registers), LDS (plain shared loads, not counting the
+LDG/STS (ampere_01_base's copies through registers), LDS (plain shared loads, not counting the
 `@!PT LDS RZ, [RZ]` that ptxas places before LDGSTS groups: predicated off, they never execute),
 MUFU.EX2, FMUL, FFMA, FADD, FMNMX, SHFL, F2FP (fp32 pairs -> 16 bit), BAR.SYNC, LDL/STL (spills).
-A stage with compile-time feature switches (stage.json "kernel_flags", e.g. stage 16's ALiBi) has
+A stage with compile-time feature switches (stage.json "kernel_flags", e.g. ampere_15_alibi's ALiBi) has
 one kernel per setting: the one with every switch off is counted, or with --switches-on the one
 with every switch on.
 

@@ -2,21 +2,22 @@
 """The persistent Hopper stages' static schedules, replayed on the CPU: how many K/V-block steps the
 busiest SM takes against the mean, for a tile order, tile height and sequence length.
 
-A persistent kernel (stages 20-24) launches one thread block per SM; block u takes turns u, u + SMs,
+A persistent kernel (hopper_05_persistent and later) launches one thread block per SM; block u takes turns u, u + SMs,
 u + 2 SMs, ... of a fixed order and finishes when its last turn is done, so the kernel takes as long
 as the busiest block. A turn is one tile (round_robin, longest_first) or two (the causal pairs).
 The work of a tile is the number of K/V blocks it visits: all of them without causal; under causal
 (bottom-right aligned, query i sees keys j <= i + seq_kv - seq_q) those up to the last key its last
 row sees. The orders:
 
-  round_robin    query blocks 0, 1, ..., n - 1 of each head, one tile per turn (stages 20-22)
-  longest_first  n - 1, ..., 0, one tile per turn (what stage 13 does for its independent blocks)
-  pairs          n - 1, 0, n - 2, 1, ..., two tiles per turn (stages 23 and 24)
+  round_robin    query blocks 0, 1, ..., n - 1 of each head, one tile per turn (hopper_05 to hopper_07)
+  longest_first  n - 1, ..., 0, one tile per turn (what ampere_12_causal does for its independent blocks)
+  pairs          n - 1, 0, n - 2, 1, ..., two tiles per turn (hopper_08_causal, hopper_09)
   pairs_odd      the same, but with n odd every second head starts with its middle block, so that
-                 the middle blocks of two heads pair with each other (branch next/hopper-25-27, stage
-                 25's schedule.h)
+                 the middle blocks of two heads pair with each other (hopper_10_balanced_pairs'
+                 schedule.h)
 
-The pages of stages 23 and 24 quote its tables ("Why pairs", and the causal rows of stage 24):
+The pages of hopper_08_causal and hopper_09_three_warpgroups quote its tables ("Why pairs", and the
+causal rows of hopper_09):
 
   python3 tools/schedule_model.py --block-q 128 --orders round_robin,longest_first,pairs
   python3 tools/schedule_model.py --block-q 128,192 --orders pairs,pairs_odd
@@ -26,18 +27,18 @@ started in the order of blockIdx.x as slots free up (--dispatch: `slots` blocks 
 each slot taking the next block when its block ends), and the kernel ends when the last block
 does. The orders there:
 
-  longest_first  a head's query blocks n - 1, ..., 0, one head after another (stages 13-32)
+  longest_first  a head's query blocks n - 1, ..., 0, one head after another (ampere_12 to ampere_16)
   lpt_groups     the heads in groups whose K and V fit in half of L2, the first group taking the
-                 remainder; within a group query block n - 1 of every head, then n - 2, ... (stage
-                 33's block_order.h; --l2-mib and --kv-bytes-per-key size the groups)
+                 remainder; within a group query block n - 1 of every head, then n - 2, ... (ampere_17_lpt_order's
+                 block_order.h; --l2-mib and --kv-bytes-per-key size the groups)
 
 --lone-speed says how much faster a block runs while it is alone on its SM (1: no faster, each
-slot a fixed half of the SM; 2: it takes the whole SM). Stage 33's page quotes:
+slot a fixed half of the SM; 2: it takes the whole SM). The page of ampere_17_lpt_order quotes:
 
   python3 tools/schedule_model.py --dispatch --block-q 128 --block-kv 64 --kv-bytes-per-key 256 --lone-speed 1,1.4
 
 Counts only: how long a K/V-block step takes (it depends on the tile height, the mask, the head
-dimension) is for the reader to measure; stage 24's page takes the ratio of two steps from the
+dimension) is for the reader to measure; hopper_09's page takes the ratio of two steps from the
 non-causal runs.
 """
 import argparse
@@ -86,7 +87,7 @@ DISPATCH_ORDERS = ("longest_first", "lpt_groups")
 
 
 def group_heads(batch_heads, seq_kv, kv_bytes_per_key, l2_bytes, causal):
-    """Heads per group of lpt_groups (stage 33's group_heads): K and V within half of L2."""
+    """Heads per group of lpt_groups (ampere_17_lpt_order's group_heads): K and V within half of L2."""
     if not causal:
         return 1
     return max(1, min(batch_heads, l2_bytes // 2 // max(1, seq_kv * kv_bytes_per_key)))

@@ -1,0 +1,228 @@
+"""The argument checks of attention(), in plain Python.
+
+Everything here reads only what a tensor says about itself (.shape, .dtype, .device, .stride(),
+.data_ptr()), never its data, and imports nothing but the standard library: the same functions run
+inside the custom op on real tensors, inside its fake implementation on torch.compile's fake
+tensors, and in tests/test_python_args.py on small stand-in objects, without PyTorch or a GPU.
+
+The kernels' own validation (common/params.cpp) rejects every bad call too, but it sees raw
+pointers and strides: it cannot tell a CPU tensor from a GPU one, nor a dtype mismatch between k and
+q. So the checks below come first, and say what is wrong in PyTorch's terms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# The head dims every stage is compiled for (each kernel.cu's StageInfo: head_dims {64, 128}). The C
+# library does not export them; the launcher would reject any other head_dim anyway, with a message
+# in the C++ terms.
+KERNEL_HEAD_DIMS = (64, 128)
+
+# str(dtype) of the dtypes the kernels take, and their code in FaCapiParams.dtype (common/c_api.h).
+DTYPE_CODES = {"torch.float16": 0, "torch.bfloat16": 1}
+
+# ALiBi distances are computed as fp32 integers in the kernels: exact up to 2^24 (params.h).
+MAX_ALIBI_SEQ = 1 << 23
+
+# The kernels move each head_dim row in 16-byte chunks: 8 elements of 2 bytes.
+ROW_ALIGN_ELEMENTS = 8
+ROW_ALIGN_BYTES = 16
+
+
+@dataclass(frozen=True)
+class Call:
+    """One attention call, checked: the sizes the kernels get and the features it needs."""
+
+    batch: int
+    seq_q: int
+    seq_kv: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str  # "torch.float16" or "torch.bfloat16"
+    causal: bool
+    softmax_scale: float
+    return_lse: bool
+    alibi: bool
+    alibi_batch_stride: int  # 0: one [heads] row of slopes shared by the batch
+
+    @property
+    def features(self) -> frozenset:
+        """The stage.json features this call needs ("any_length" is not among them: the launcher
+        checks lengths against a stage's tiles itself)."""
+        needed = set()
+        if self.causal:
+            needed.add("causal")
+        if self.kv_heads != self.heads:
+            needed.add("gqa")
+        if self.return_lse:
+            needed.add("lse")
+        if self.alibi:
+            needed.add("alibi")
+        return frozenset(needed)
+
+    @property
+    def o_shape(self) -> tuple:
+        return (self.batch, self.seq_q, self.heads, self.head_dim)
+
+    @property
+    def lse_shape(self) -> tuple:
+        return (self.batch, self.heads, self.seq_q)
+
+
+def _is_tensor_like(x) -> bool:
+    return all(hasattr(x, name) for name in ("shape", "dtype", "device", "stride"))
+
+
+def _require_tensor(name: str, t) -> None:
+    if not _is_tensor_like(t):
+        raise TypeError("%s must be a torch.Tensor, not %s" % (name, type(t).__name__))
+
+
+def _shape(t) -> tuple:
+    # Not int(): under torch.compile with dynamic shapes the sizes are symbolic, and int() would fix
+    # them to the traced values.
+    return tuple(t.shape)
+
+
+def _check_dtype(name: str, t) -> None:
+    if str(t.dtype) not in DTYPE_CODES:
+        raise TypeError("%s has dtype %s: the kernels take torch.float16 or torch.bfloat16 (convert with "
+                        "%s.half() or %s.bfloat16())" % (name, t.dtype, name, name))
+
+
+def _check_cuda(name: str, t) -> None:
+    if getattr(t.device, "type", None) != "cuda":
+        raise ValueError("%s is on %s: the kernels run on CUDA tensors (move it with %s.cuda())" % (name, t.device, name))
+
+
+def _check_row_strides(name: str, t) -> None:
+    """head_dim contiguous, and every other stride (of a dimension with more than one index) a
+    positive multiple of 8 elements, so that each head_dim row starts 16-byte aligned."""
+    shape, strides = _shape(t), tuple(t.stride())
+    if strides[3] != 1 and shape[3] > 1:
+        raise ValueError("%s's last dimension (head_dim) must be contiguous: its stride is %s, not 1 (make it so with "
+                         "%s.contiguous())" % (name, strides[3], name))
+    for dim, what in enumerate(("batch", "seq", "head")):
+        if shape[dim] > 1 and (strides[dim] <= 0 or strides[dim] % ROW_ALIGN_ELEMENTS != 0):
+            raise ValueError("%s's %s stride is %s: the kernels need the batch, seq and head strides to be positive "
+                             "multiples of %s elements, so that every head_dim row starts 16-byte aligned (strides %s; "
+                             "%s.contiguous() gives such strides)"
+                             % (name, what, strides[dim], ROW_ALIGN_ELEMENTS, strides, name))
+
+
+def check_attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, return_lse=False) -> Call:
+    """Checks one call of attention() and returns it as a Call. Raises TypeError (not a tensor, a dtype
+    the kernels do not take) or ValueError (anything else), before anything is launched.
+
+    q: [batch, seq_q, heads, head_dim]; k, v: [batch, seq_kv, kv_heads, head_dim], kv_heads dividing
+    heads; one dtype (fp16 or bf16) and one CUDA device; head_dim contiguous; alibi_slopes: None, or
+    fp32 [heads] or [batch, heads] on the same device."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _require_tensor(name, t)
+        if len(t.shape) != 4:
+            raise ValueError("%s must be 4-D, [batch, seq, heads, head_dim], but has shape %s" % (name, _shape(t)))
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_dtype(name, t)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError("q, k and v must have one dtype, not %s, %s and %s" % (q.dtype, k.dtype, v.dtype))
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_cuda(name, t)
+    if not (q.device == k.device == v.device):
+        raise ValueError("q, k and v must be on one device, not %s, %s and %s" % (q.device, k.device, v.device))
+
+    batch, seq_q, heads, head_dim = _shape(q)
+    kb, seq_kv, kv_heads, kd = _shape(k)
+    if _shape(v) != _shape(k):
+        raise ValueError("k and v must have one shape, not %s and %s" % (_shape(k), _shape(v)))
+    if kb != batch:
+        raise ValueError("q and k must have one batch size, not %s and %s (shapes %s and %s)"
+                         % (batch, kb, _shape(q), _shape(k)))
+    if kd != head_dim:
+        raise ValueError("q and k must have one head_dim, not %s and %s (shapes %s and %s)"
+                         % (head_dim, kd, _shape(q), _shape(k)))
+    for what, size in (("batch", batch), ("seq_q", seq_q), ("heads", heads), ("seq_kv", seq_kv),
+                       ("kv_heads", kv_heads)):
+        if size <= 0:
+            raise ValueError("%s is %s: every size must be at least 1 (q %s, k %s)" % (what, size, _shape(q), _shape(k)))
+    if head_dim not in KERNEL_HEAD_DIMS:
+        raise ValueError("head_dim %s has no kernel: the stages are compiled for head_dim %s"
+                         % (head_dim, " and ".join(str(d) for d in KERNEL_HEAD_DIMS)))
+    if heads % kv_heads != 0:
+        raise ValueError("k and v have %s heads, which does not divide q's %s heads (grouped-query attention needs "
+                         "heads to be a multiple of kv_heads)" % (kv_heads, heads))
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_row_strides(name, t)
+
+    if softmax_scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    else:
+        scale = float(softmax_scale)
+        # Positive: the kernels take the row max of the unscaled scores (params.cpp says why).
+        if not math.isfinite(scale) or scale <= 0.0:
+            raise ValueError("softmax_scale must be finite and positive, not %r" % (softmax_scale,))
+
+    alibi_batch_stride = 0
+    if alibi_slopes is not None:
+        _require_tensor("alibi_slopes", alibi_slopes)
+        if str(alibi_slopes.dtype) != "torch.float32":
+            raise TypeError("alibi_slopes has dtype %s: it must be torch.float32 (as in FlashAttention)"
+                            % alibi_slopes.dtype)
+        if alibi_slopes.device != q.device:
+            raise ValueError("alibi_slopes is on %s, q on %s: they must be on one device" % (alibi_slopes.device, q.device))
+        shape = _shape(alibi_slopes)
+        if shape not in ((heads,), (batch, heads)):
+            raise ValueError("alibi_slopes must have shape (heads,) = (%s,) or (batch, heads) = (%s, %s), not %s"
+                             % (heads, batch, heads, shape))
+        strides = tuple(alibi_slopes.stride())
+        if strides[-1] != 1 and heads > 1:
+            raise ValueError("alibi_slopes must be contiguous along heads (stride %s, not 1): use alibi_slopes.contiguous()"
+                             % strides[-1])
+        if len(shape) == 2 and batch > 1:
+            alibi_batch_stride = strides[0]
+            if alibi_batch_stride < heads:
+                raise ValueError("alibi_slopes of shape %s needs one row of %s slopes per batch (batch stride %s): use "
+                                 "alibi_slopes.contiguous()" % (shape, heads, alibi_batch_stride))
+        if seq_q > MAX_ALIBI_SEQ or seq_kv > MAX_ALIBI_SEQ:
+            raise ValueError("ALiBi needs seq_q and seq_kv of at most 2^23, not %s and %s (the kernels compute the "
+                             "distances as fp32 integers)" % (seq_q, seq_kv))
+
+    return Call(batch=batch, seq_q=seq_q, seq_kv=seq_kv, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                dtype=str(q.dtype), causal=bool(causal), softmax_scale=scale, return_lse=bool(return_lse),
+                alibi=alibi_slopes is not None, alibi_batch_stride=alibi_batch_stride)
+
+
+def check_alignment(q, k, v) -> None:
+    """Every head_dim row must start 16-byte aligned; with the strides checked above, that is the data
+    pointer's alignment. Only real tensors have one (not torch.compile's fake tensors)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.data_ptr() % ROW_ALIGN_BYTES != 0:
+            raise ValueError("%s's data does not start 16-byte aligned (a view that starts at an offset that is not a "
+                             "multiple of 8 elements?): %s.contiguous() copies it to aligned memory" % (name, name))
+
+
+def check_no_grad(grad_enabled: bool, **tensors) -> None:
+    """There is no backward pass: a call whose output would need one is refused, rather than failing
+    later inside loss.backward()."""
+    if not grad_enabled:
+        return
+    for name, t in tensors.items():
+        if t is not None and getattr(t, "requires_grad", False):
+            raise NotImplementedError("%s requires grad, but these kernels have no backward pass: call attention under "
+                                      "torch.no_grad() or torch.inference_mode(), or detach the inputs" % name)
+
+
+def kernel_strides(t) -> tuple:
+    """(batch, seq, head) strides for FaCapiTensor. A dimension of size 1 is never stepped along, so
+    its stride is free; PyTorch may report any value there (0, or an odd one after a slice), which the
+    launcher's checks would refuse. It gets the tensor's span instead, rounded up to a multiple of 8:
+    what a contiguous tensor with one more index there would have."""
+    shape, strides = _shape(t), tuple(t.stride())
+    span = 1
+    for dim in range(4):
+        if shape[dim] > 1:
+            span = max(span, strides[dim] * shape[dim])
+    span = max(ROW_ALIGN_ELEMENTS, -(-span // ROW_ALIGN_ELEMENTS) * ROW_ALIGN_ELEMENTS)
+    return tuple(strides[dim] if shape[dim] > 1 else span for dim in range(3))

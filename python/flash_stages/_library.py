@@ -1,0 +1,105 @@
+"""The kernels' C interface (common/c_api.h), loaded with ctypes: no compiled extension, so the package
+needs no build of its own and works with any PyTorch; the library is the one CMake builds,
+build/libfa_capi.so (target fa_capi).
+
+The structs mirror common/c_api.h field by field (as tools/fa_capi.py does for the benchmark); the
+library reports its own sizeof(FaCapiParams), and a mismatch is refused at load time rather than
+read at the wrong offsets.
+
+Standard library only: loading and listing stages need no PyTorch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+from ._stages import REPO
+
+
+class FaCapiTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64), ("seq_stride", ctypes.c_int64),
+                ("head_stride", ctypes.c_int64)]
+
+
+class FaCapiParams(ctypes.Structure):
+    _fields_ = [("q", FaCapiTensor), ("k", FaCapiTensor), ("v", FaCapiTensor), ("o", FaCapiTensor),
+                ("dtype", ctypes.c_int32), ("causal", ctypes.c_int32),
+                ("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
+                ("seq_q", ctypes.c_int64), ("seq_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+                ("softmax_scale", ctypes.c_float),
+                ("lse", ctypes.c_void_p), ("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64),
+                ("alibi", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64)]
+
+
+class LibraryError(RuntimeError):
+    """libfa_capi.so is missing, cannot be loaded, or does not match this package."""
+
+
+class LaunchError(RuntimeError):
+    """The kernel launch itself failed (the call had passed every check)."""
+
+
+def library_path() -> Path:
+    """FLASH_STAGES_LIB if set, else <repo>/build/libfa_capi.so."""
+    env = os.environ.get("FLASH_STAGES_LIB")
+    return Path(env) if env else REPO / "build" / "libfa_capi.so"
+
+
+class Library:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise LibraryError("%s does not exist: build it in the repository with `cmake -S . -B build && cmake --build "
+                               "build --target fa_capi`, or point FLASH_STAGES_LIB at a libfa_capi.so" % self.path)
+        try:
+            lib = ctypes.CDLL(str(self.path))
+        except OSError as e:
+            raise LibraryError("could not load %s: %s" % (self.path, e)) from None
+        try:
+            lib.fa_capi_params_size.restype = ctypes.c_int
+            lib.fa_capi_stage_count.restype = ctypes.c_int
+            lib.fa_capi_stage_name.restype = ctypes.c_char_p
+            lib.fa_capi_stage_name.argtypes = [ctypes.c_int]
+            lib.fa_capi_launch.restype = ctypes.c_int
+            lib.fa_capi_launch.argtypes = [ctypes.c_char_p, ctypes.POINTER(FaCapiParams), ctypes.c_void_p,
+                                           ctypes.c_char_p, ctypes.c_int]
+        except AttributeError as e:
+            raise LibraryError("%s is not the kernels' C interface (libfa_capi.so): %s" % (self.path, e)) from None
+        if lib.fa_capi_params_size() != ctypes.sizeof(FaCapiParams):
+            raise LibraryError("%s: FaCapiParams is %d bytes there and %d here: python/flash_stages/_library.py no longer "
+                               "mirrors common/c_api.h" % (self.path, lib.fa_capi_params_size(),
+                                                            ctypes.sizeof(FaCapiParams)))
+        self._lib = lib
+        self.stage_ids = tuple(lib.fa_capi_stage_name(i).decode() for i in range(lib.fa_capi_stage_count()))
+
+    def launch(self, stage_id: str, params: FaCapiParams, stream: int) -> None:
+        """Issues the launch on `stream` (a cudaStream_t as an int; 0 is the legacy default stream).
+        The launcher validates the call first and launches nothing if it fails: that is a ValueError
+        (bad input that got past the Python checks, e.g. a length a stage without "any_length" does
+        not take); a failed launch is a LaunchError."""
+        message = ctypes.create_string_buffer(1024)
+        code = self._lib.fa_capi_launch(stage_id.encode(), ctypes.byref(params), stream, message, len(message))
+        if code == 0:
+            return
+        text = message.value.decode(errors="replace")  # starts with the stage id
+        # params.cpp's launch_status() words a failed launch so; anything else is the validation's refusal.
+        if code == 1 and ": kernel launch failed:" not in text:
+            raise ValueError(text)
+        raise LaunchError(text)
+
+
+_loaded = None
+_lock = threading.Lock()
+
+
+def load() -> Library:
+    """The library, loaded on first use (not at import, so that importing the package never fails
+    for want of it). A failure is not remembered: a later call tries again, e.g. after a build."""
+    global _loaded
+    with _lock:
+        if _loaded is None:
+            _loaded = Library(library_path())
+        return _loaded

@@ -1,0 +1,122 @@
+"""attention() and flash_attn_func() on PyTorch tensors, through a PyTorch custom op.
+
+The op, flash_stages::attention, is registered with torch.library.custom_op: PyTorch's dispatcher
+calls it like any built-in operator, and torch.compile sees it as one opaque node of the graph (no
+graph break), learning its output shapes from the fake implementation registered beside it. It
+mutates none of its inputs and allocates its outputs itself, so it needs no aliasing annotations.
+"""
+
+from typing import Optional
+
+import torch
+
+from . import _checks, _library, _stages
+
+# (compute capability, features, requested stage) -> Stage. Choosing reads the declarations once;
+# after that a call costs a dictionary lookup.
+_choices: dict = {}
+
+
+def _stage_for(call: _checks.Call, device: torch.device, requested: Optional[str]) -> _stages.Stage:
+    capability = torch.cuda.get_device_capability(device)
+    key = (capability, call.features, requested)
+    stage = _choices.get(key)
+    if stage is None:
+        stage = _stages.choose(call.features, capability, _library.load().stage_ids, requested)
+        _choices[key] = stage
+    return stage
+
+
+def _view(t: torch.Tensor) -> _library.FaCapiTensor:
+    batch_stride, seq_stride, head_stride = _checks.kernel_strides(t)
+    return _library.FaCapiTensor(t.data_ptr(), batch_stride, seq_stride, head_stride)
+
+
+# No device_types: the op is registered for every device, so that a CPU tensor reaches the checks
+# below and gets their message, rather than the dispatcher's "no kernel for CPU".
+@torch.library.custom_op("flash_stages::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Optional[torch.Tensor],
+                  causal: bool, softmax_scale: Optional[float], return_lse: bool,
+                  stage: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
+                                   return_lse=return_lse)
+    _checks.check_alignment(q, k, v)
+    chosen = _stage_for(call, q.device, stage)
+    # Allocated here, so always contiguous: [batch, seq_q, heads, head_dim] and [batch, heads, seq_q].
+    o = torch.empty(call.o_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(call.lse_shape if return_lse else (0,), dtype=torch.float32, device=q.device)
+    params = _library.FaCapiParams(
+        q=_view(q), k=_view(k), v=_view(v), o=_view(o),
+        dtype=_checks.DTYPE_CODES[call.dtype], causal=int(call.causal),
+        batch=call.batch, heads=call.heads, kv_heads=call.kv_heads, seq_q=call.seq_q, seq_kv=call.seq_kv,
+        head_dim=call.head_dim, softmax_scale=call.softmax_scale,
+        lse=lse.data_ptr() if return_lse else None, lse_batch_stride=call.heads * call.seq_q,
+        lse_head_stride=call.seq_q,
+        alibi=alibi_slopes.data_ptr() if alibi_slopes is not None else None,
+        alibi_batch_stride=call.alibi_batch_stride)
+    # The launch goes to q's device (the current device while the launcher runs) and PyTorch's current
+    # stream there, so it is ordered with the work around it like any PyTorch operator.
+    with torch.cuda.device(q.device):
+        _library.load().launch(chosen.id, params, torch.cuda.current_stream().cuda_stream)
+    return o, lse
+
+
+@_attention_op.register_fake
+def _attention_fake(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage):
+    # The same checks on torch.compile's fake tensors, so bad input fails at compile time with the same
+    # message; the outputs have the shapes, dtype and (contiguous) strides of the real ones.
+    call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
+                                   return_lse=return_lse)
+    o = q.new_empty(call.o_shape)
+    lse = q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
+    return o, lse
+
+
+def attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, return_lse=False, stage=None):
+    """Attention forward, softmax(q k^T * softmax_scale) v, by the kernels of this repository.
+
+    q: [batch, seq_q, heads, head_dim]; k, v: [batch, seq_kv, kv_heads, head_dim] (kv_heads dividing
+    heads: grouped-query attention, or multi-query with 1); fp16 or bf16 CUDA tensors of one dtype;
+    head_dim 64 or 128, contiguous; any batch, seq and head strides that are multiples of 8 elements
+    (views into a packed qkv tensor, transposes of [batch, heads, seq, head_dim] tensors).
+
+    causal: query i sees keys j <= i + seq_kv - seq_q (aligned to the bottom-right, as in
+    FlashAttention 2.1 and later); a query that sees no key gets zeros.
+    softmax_scale: defaults to 1 / sqrt(head_dim); must be positive.
+    alibi_slopes: fp32 [heads] or [batch, heads]; adds -slope * |i + seq_kv - seq_q - j| to the scores.
+    return_lse: also return the log-sum-exp of each row's scores, fp32 [batch, heads, seq_q].
+    stage: None picks the fastest stage this GPU runs that supports the call (flash_stages.pick_stage);
+    a stage id ("hopper_17_warp_redo", or "hopper_17") runs that stage.
+
+    Returns o, [batch, seq_q, heads, head_dim] in q's dtype (and lse if return_lse). Launches on
+    torch.cuda.current_stream(). No backward: inputs that require grad are refused while grad mode is
+    on."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("%s must be a torch.Tensor, not %s" % (name, type(t).__name__))
+    _checks.check_no_grad(torch.is_grad_enabled(), q=q, k=k, v=v)
+    o, lse = torch.ops.flash_stages.attention(q, k, v, alibi_slopes, bool(causal),
+                                              None if softmax_scale is None else float(softmax_scale),
+                                              bool(return_lse), stage)
+    return (o, lse) if return_lse else o
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """FlashAttention-2's flash_attn_func, same arguments and layout, for code written against it.
+
+    What the kernels do not do is refused with NotImplementedError, never ignored: dropout_p > 0,
+    a sliding window (window_size other than (-1, -1)), softcap, return_attn_probs, and gradients.
+    deterministic is accepted and changes nothing (the forward pass is deterministic)."""
+    if dropout_p:
+        raise NotImplementedError("dropout_p=%r: these kernels have no dropout (inference only); pass dropout_p=0.0"
+                                  % (dropout_p,))
+    if tuple(window_size) != (-1, -1):
+        raise NotImplementedError("window_size=%r: these kernels have no sliding-window (local) attention; pass "
+                                  "(-1, -1)" % (tuple(window_size),))
+    if softcap:
+        raise NotImplementedError("softcap=%r: these kernels have no score soft-capping; pass softcap=0.0" % (softcap,))
+    if return_attn_probs:
+        raise NotImplementedError("return_attn_probs=True: these kernels never form the attention probabilities; "
+                                  "flash_stages.attention(..., return_lse=True) returns the log-sum-exp")
+    return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes)

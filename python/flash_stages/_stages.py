@@ -1,0 +1,118 @@
+"""Which stage runs a call: the stage declarations (stages/<track>/NN_name/stage.json) and the choice.
+
+The C library lists the stages it was built with, by id, and nothing more; what each one supports
+(its "features") and where it runs (its "target") are declared in its stage.json, the one list the
+whole project reads. The package reads them from the repository it lives in, so it is used from the
+source tree (PYTHONPATH=python, or `pip install -e python/`), next to the library built from it.
+
+Standard library only, like _checks.py: tests/test_python_args.py runs this without PyTorch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]  # python/flash_stages/_stages.py -> the repository
+
+
+@dataclass(frozen=True)
+class Stage:
+    id: str                # <track>_NN_name, e.g. "hopper_17_warp_redo"
+    track: str             # "ampere", "hopper", "experiments"
+    target: str            # "sm_80" (runs on compute capability 8.0 and newer) or "sm_90a" (9.0 only)
+    features: frozenset    # of "any_length", "causal", "gqa", "lse", "alibi"
+    parent: str | None
+
+    def runs_on(self, capability: tuple) -> bool:
+        """Whether a GPU of this compute capability, e.g. (9, 0), runs the stage's machine code: sm_90a
+        code (wgmma, setmaxnreg) runs on 9.0 alone, sm_80 code on 8.0 and everything newer."""
+        cc = capability[0] * 10 + capability[1]
+        return cc == 90 if self.target == "sm_90a" else cc >= 80
+
+
+def stages_dir() -> Path:
+    return REPO / "stages"
+
+
+@lru_cache(maxsize=None)
+def catalogue(directory: str | None = None) -> tuple:
+    """Every declared stage, track by track in the order of stages/tracks.json, by folder name within
+    a track (the order CMake builds them in and the library lists them)."""
+    root = Path(directory) if directory else stages_dir()
+    tracks_file = root / "tracks.json"
+    if not tracks_file.is_file():
+        raise RuntimeError("flash_stages reads the stage declarations from the repository it lives in, and %s does not "
+                           "exist: use the package from the source tree (PYTHONPATH=<repo>/python, or "
+                           "`pip install -e <repo>/python`, an editable install)" % tracks_file)
+    result = []
+    for track in json.loads(tracks_file.read_text())["tracks"]:
+        name = track["name"]
+        for folder in sorted(p for p in (root / name).iterdir() if (p / "stage.json").is_file()):
+            declared = json.loads((folder / "stage.json").read_text())
+            result.append(Stage(id="%s_%s" % (name, folder.name), track=name, target=declared["target"],
+                                features=frozenset(declared.get("features", [])), parent=declared.get("parent")))
+    return tuple(result)
+
+
+def find(requested: str, stages) -> Stage | None:
+    """A stage by its id (hopper_17_warp_redo) or its track and number alone (hopper_17), as fa_run and
+    the C library take it (common/registry.cpp.in)."""
+    for stage in stages:
+        track_number = "_".join(stage.id.split("_")[:2])
+        if requested in (stage.id, track_number):
+            return stage
+    return None
+
+
+def _feature_list(features) -> str:
+    return ", ".join(sorted(features)) if features else "none"
+
+
+def choose(needed: frozenset, capability: tuple, built, requested: str | None = None, stages=None) -> Stage:
+    """The stage that runs a call needing `needed` on a GPU of `capability`, among the `built` ids.
+
+    requested None: the fastest stage this GPU runs that declares what the call needs. Each track's
+    stages add one idea each to their parent, so a track's last stage is its fastest: on compute
+    capability 9.0 the last Hopper-track stage that declares the features, else (ALiBi, which only
+    the Ampere track has, or any other GPU of compute capability 8.0 or newer) the last Ampere-track
+    stage that declares them. The experiments (measured, not adopted) are never picked, only named.
+    Only stages that handle any sequence length ("any_length") are picked, so that the default
+    takes every shape.
+
+    requested a stage id: that stage, if it is built, runs on this GPU and declares the features;
+    otherwise ValueError saying which of these it is not."""
+    stages = catalogue() if stages is None else stages
+    built = set(built)
+    cc_text = "%d.%d" % tuple(capability[:2])
+    if requested:
+        stage = find(requested, stages)
+        if stage is None:
+            raise ValueError("no stage '%s': a stage is named by its id, <track>_NN_name, or by <track>_NN "
+                             "(flash_stages.stages() lists them)" % requested)
+        if stage.id not in built:
+            raise ValueError("the library was built without stage %s: rebuild it (cmake --build build --target fa_capi)"
+                             % stage.id)
+        if not stage.runs_on(capability):
+            raise ValueError("stage %s is %s code, which runs on compute capability %s, not on this GPU's %s"
+                             % (stage.id, stage.target, "9.0 only" if stage.target == "sm_90a" else "8.0 or newer",
+                                cc_text))
+        missing = needed - stage.features
+        if missing:
+            raise ValueError("stage %s does not support %s (it declares: %s)"
+                             % (stage.id, _feature_list(missing), _feature_list(stage.features)))
+        return stage
+
+    if capability[0] * 10 + capability[1] < 80:
+        raise ValueError("this GPU has compute capability %s: the kernels need 8.0 or newer" % cc_text)
+    tracks = ("hopper", "ampere") if tuple(capability[:2]) == (9, 0) else ("ampere",)
+    for track in tracks:
+        fitting = [s for s in stages if s.track == track and s.id in built and s.runs_on(capability)
+                   and (needed | {"any_length"}) <= s.features]
+        if fitting:
+            return fitting[-1]
+    raise ValueError("no stage in the library runs on compute capability %s with %s (tracks tried: %s)"
+                     % (cc_text, _feature_list(needed), ", ".join(tracks)))
+

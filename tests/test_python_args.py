@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""The Python package's checks and stage choice (python/flash_stages), without PyTorch or a GPU.
+
+    python3 tests/test_python_args.py                          # the checks and the stage choice
+    python3 tests/test_python_args.py build/libfa_capi.so      # and the library's loading and errors
+
+attention()'s argument checks (flash_stages/_checks.py) read only what a tensor says about itself,
+so small stand-in objects exercise every one of them here: each bad call must raise the right
+exception with a message that names the problem. The stage choice (flash_stages/_stages.py) is
+checked against the declarations, for each kind of GPU. With the library's path, loading it and a
+call the launcher rejects (no GPU needed: validation comes before any launch) are checked too; a
+missing or broken library must give a clear error either way. Exit 0 if all hold, 1 otherwise.
+"""
+
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "tools"))
+
+import flash_stages  # noqa: E402
+from flash_stages import _checks, _library, _stages  # noqa: E402
+import stages as tools_stages  # noqa: E402  (tools/stages.py: the project's own reader of stage.json)
+
+failures = []
+
+
+def check(condition, what):
+    print("%s  %s" % ("ok  " if condition else "FAIL", what))
+    if not condition:
+        failures.append(what)
+
+
+class Device:
+    def __init__(self, type_, index=None):
+        self.type, self.index = type_, index
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
+
+    def __str__(self):
+        return self.type if self.index is None else "%s:%d" % (self.type, self.index)
+
+
+CUDA0, CUDA1, CPU = Device("cuda", 0), Device("cuda", 1), Device("cpu")
+
+
+class Tensor:
+    """What the checks read of a torch.Tensor, and nothing else."""
+
+    def __init__(self, shape, dtype="torch.float16", device=CUDA0, strides=None, data_ptr=0x10000, requires_grad=False):
+        self.shape, self.dtype, self.device = tuple(shape), dtype, device
+        if strides is None:  # contiguous
+            strides, step = [], 1
+            for size in reversed(self.shape):
+                strides.insert(0, step)
+                step *= size
+        self._strides, self._data_ptr, self.requires_grad = tuple(strides), data_ptr, requires_grad
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._data_ptr
+
+
+def qkv(batch=2, seq_q=100, seq_kv=130, heads=8, kv_heads=8, head_dim=64, **kw):
+    return (Tensor((batch, seq_q, heads, head_dim), **kw), Tensor((batch, seq_kv, kv_heads, head_dim), **kw),
+            Tensor((batch, seq_kv, kv_heads, head_dim), **kw))
+
+
+def raises(exception, needle, fn, *args, **kwargs):
+    """Whether fn raises `exception` with `needle` in its message; prints the message."""
+    try:
+        fn(*args, **kwargs)
+    except exception as e:
+        print("        %s: %s" % (type(e).__name__, e))
+        return needle in str(e)
+    except Exception as e:  # the wrong kind
+        print("        wrong exception %s: %s" % (type(e).__name__, e))
+        return False
+    print("        no exception")
+    return False
+
+
+def test_good_calls():
+    q, k, v = qkv()
+    call = _checks.check_attention(q, k, v)
+    check((call.batch, call.seq_q, call.seq_kv, call.heads, call.kv_heads, call.head_dim) == (2, 100, 130, 8, 8, 64),
+          "a plain call: its sizes")
+    check(call.features == frozenset() and abs(call.softmax_scale - 0.125) < 1e-12,
+          "a plain call needs no feature; the default scale is 1/sqrt(64)")
+    q, k, v = qkv(heads=8, kv_heads=2, head_dim=128, dtype="torch.bfloat16")
+    alibi = Tensor((8,), dtype="torch.float32")
+    call = _checks.check_attention(q, k, v, causal=True, alibi_slopes=alibi, return_lse=True, softmax_scale=0.3)
+    check(call.features == frozenset({"causal", "gqa", "lse", "alibi"}) and call.softmax_scale == 0.3,
+          "causal, GQA, LSE, ALiBi and a scale: the features they need")
+    check(call.o_shape == (2, 100, 8, 128) and call.lse_shape == (2, 8, 100), "output and LSE shapes")
+    call = _checks.check_attention(*qkv(kv_heads=1))
+    check(call.features == frozenset({"gqa"}), "multi-query attention (1 KV head) is GQA")
+
+    # q sliced out of a packed [batch, seq, 3, heads, head_dim] tensor: strides (seq*3*H*D, 3*H*D, D, 1).
+    b, s, h, d = 2, 77, 12, 64
+    packed = (s * 3 * h * d, 3 * h * d, d, 1)
+    q = Tensor((b, s, h, d), strides=packed)
+    k = Tensor((b, s, h, d), strides=packed, data_ptr=0x10000 + 2 * h * d)
+    v = Tensor((b, s, h, d), strides=packed, data_ptr=0x10000 + 4 * h * d)
+    _checks.check_attention(q, k, v)
+    _checks.check_alignment(q, k, v)
+    check(True, "views into a packed qkv tensor pass")
+    # K transposed from [batch, heads, seq, head_dim] (transformers' cache layout).
+    k = Tensor((b, s, h, d), strides=(h * s * d, d, s * d, 1))
+    _checks.check_attention(q, k, k)
+    check(True, "a transposed [batch, heads, seq, head_dim] tensor passes")
+    # Dimensions of size 1 may have any stride: PyTorch reports odd ones there.
+    q = Tensor((1, 1, 8, 64), strides=(3, 5, 64, 1))
+    call = _checks.check_attention(q, q, q)
+    check(call.seq_q == 1, "size-1 dimensions with odd strides pass")
+    check(_checks.kernel_strides(q) == (512, 512, 64), "kernel_strides gives them the tensor's span: %s"
+          % (_checks.kernel_strides(q),))
+    check(_checks.kernel_strides(Tensor((2, 5, 3, 64))) == (960, 192, 64), "kernel_strides keeps real strides")
+
+
+def test_bad_calls():
+    q, k, v = qkv()
+    cases = [
+        ("q is a list", TypeError, "q must be a torch.Tensor", lambda: _checks.check_attention([1], k, v)),
+        ("k is 3-D", ValueError, "k must be 4-D", lambda: _checks.check_attention(q, Tensor((2, 130, 64)), v)),
+        ("fp32 q", TypeError, "q has dtype torch.float32",
+         lambda: _checks.check_attention(*qkv(dtype="torch.float32"))),
+        ("q fp16, k and v bf16", TypeError, "one dtype",
+         lambda: _checks.check_attention(q, *qkv(dtype="torch.bfloat16")[1:])),
+        ("CPU tensors", ValueError, "is on cpu", lambda: _checks.check_attention(*qkv(device=CPU))),
+        ("q on cuda:0, k and v on cuda:1", ValueError, "one device",
+         lambda: _checks.check_attention(q, *qkv(device=CUDA1)[1:])),
+        ("k and v of different lengths", ValueError, "k and v must have one shape",
+         lambda: _checks.check_attention(q, k, Tensor((2, 131, 8, 64)))),
+        ("q batch 2, k batch 3", ValueError, "one batch size",
+         lambda: _checks.check_attention(q, *qkv(batch=3)[1:])),
+        ("q head_dim 64, k 128", ValueError, "one head_dim",
+         lambda: _checks.check_attention(q, *qkv(head_dim=128)[1:])),
+        ("seq_q 0", ValueError, "seq_q is 0", lambda: _checks.check_attention(*qkv(seq_q=0))),
+        ("seq_kv 0", ValueError, "seq_kv is 0", lambda: _checks.check_attention(*qkv(seq_kv=0))),
+        ("batch 0", ValueError, "batch is 0", lambda: _checks.check_attention(*qkv(batch=0))),
+        ("head_dim 80", ValueError, "head_dim 80 has no kernel", lambda: _checks.check_attention(*qkv(head_dim=80))),
+        ("8 heads, 3 KV heads", ValueError, "does not divide", lambda: _checks.check_attention(*qkv(kv_heads=3))),
+        ("head_dim not contiguous", ValueError, "must be contiguous",
+         lambda: _checks.check_attention(Tensor((2, 100, 8, 64), strides=(100 * 8 * 128, 8 * 128, 128, 2)), k, v)),
+        ("seq stride 1004 (not a multiple of 8)", ValueError, "seq stride is 1004",
+         lambda: _checks.check_attention(Tensor((2, 100, 8, 64), strides=(100 * 1004, 1004, 64, 1)), k, v)),
+        ("negative scale", ValueError, "softmax_scale must be finite and positive",
+         lambda: _checks.check_attention(q, k, v, softmax_scale=-1.0)),
+        ("NaN scale", ValueError, "softmax_scale must be finite and positive",
+         lambda: _checks.check_attention(q, k, v, softmax_scale=float("nan"))),
+        ("fp16 ALiBi slopes", TypeError, "alibi_slopes has dtype torch.float16",
+         lambda: _checks.check_attention(q, k, v, alibi_slopes=Tensor((8,)))),
+        ("ALiBi slopes of 7 heads", ValueError, "alibi_slopes must have shape",
+         lambda: _checks.check_attention(q, k, v, alibi_slopes=Tensor((7,), dtype="torch.float32"))),
+        ("ALiBi slopes on the CPU", ValueError, "alibi_slopes is on cpu",
+         lambda: _checks.check_attention(q, k, v, alibi_slopes=Tensor((8,), dtype="torch.float32", device=CPU))),
+        ("ALiBi slopes with a stride", ValueError, "contiguous along heads",
+         lambda: _checks.check_attention(q, k, v, alibi_slopes=Tensor((8,), dtype="torch.float32", strides=(2,)))),
+        ("ALiBi [batch, heads] slopes with batch stride 0 (expanded)", ValueError, "one row of 8 slopes per batch",
+         lambda: _checks.check_attention(q, k, v, alibi_slopes=Tensor((2, 8), dtype="torch.float32", strides=(0, 1)))),
+        ("ALiBi beyond 2^23 keys", ValueError, "at most 2^23",
+         lambda: _checks.check_attention(*qkv(batch=1, seq_kv=(1 << 23) + 1),
+                                         alibi_slopes=Tensor((8,), dtype="torch.float32"))),
+        ("q's data 8 bytes past alignment", ValueError, "16-byte aligned",
+         lambda: _checks.check_alignment(Tensor((2, 100, 8, 64), data_ptr=0x10008), k, v)),
+        ("q requires grad, grad mode on", NotImplementedError, "no backward pass",
+         lambda: _checks.check_no_grad(True, q=Tensor((1, 1, 1, 64), requires_grad=True), k=k, v=v)),
+    ]
+    for what, exception, needle, fn in cases:
+        check(raises(exception, needle, fn), "%s -> %s naming it" % (what, exception.__name__))
+    try:
+        _checks.check_no_grad(False, q=Tensor((1, 1, 1, 64), requires_grad=True))
+        check(True, "requires_grad under torch.no_grad() passes")
+    except Exception as e:
+        check(False, "requires_grad under torch.no_grad() passes (%s)" % e)
+
+
+def test_stage_choice():
+    catalogue = _stages.catalogue()
+    expected = [s.name for s in tools_stages.all_stages()]
+    check([s.id for s in catalogue] == expected, "the package reads the %d stages tools/stages.py reads, in order"
+          % len(expected))
+    for s, t in zip(catalogue, tools_stages.all_stages()):
+        if (s.target, s.features, s.track) != (t.target, frozenset(t.features), t.track):
+            check(False, "%s: target and features as tools/stages.py reads them" % s.id)
+    built = [s.id for s in catalogue]
+
+    def last_of(track, needed):
+        fitting = [s.id for s in catalogue if s.track == track and needed | {"any_length"} <= s.features]
+        return fitting[-1]
+
+    all_but_alibi = frozenset({"causal", "gqa", "lse"})
+    for needed in (frozenset(), frozenset({"causal"}), frozenset({"gqa"}), all_but_alibi):
+        got = _stages.choose(needed, (9, 0), built).id
+        check(got == last_of("hopper", needed), "H100/H200 (9.0), %s: %s, the Hopper track's last stage with them"
+              % (sorted(needed) or "no feature", got))
+    got = _stages.choose(frozenset({"alibi", "causal"}), (9, 0), built).id
+    check(got == last_of("ampere", {"alibi", "causal"}), "9.0 with ALiBi: %s (only the Ampere track has it)" % got)
+    for cc in ((8, 0), (8, 6), (8, 9), (10, 0), (12, 0)):
+        got = _stages.choose(all_but_alibi, cc, built).id
+        check(got == last_of("ampere", all_but_alibi), "%d.%d: %s (sm_90a code runs on 9.0 only)" % (cc + (got,)))
+    check(not any(_stages.choose(n, (9, 0), built).track == "experiments" for n in (frozenset(), all_but_alibi)),
+          "the experiments are never picked")
+    without_last = [i for i in built if i != last_of("hopper", frozenset())]
+    got = _stages.choose(frozenset(), (9, 0), without_last).id
+    check(got != last_of("hopper", frozenset()) and got.startswith("hopper_"),
+          "a stage the library lacks is not picked (next best: %s)" % got)
+    check(raises(ValueError, "8.0 or newer", _stages.choose, frozenset(), (7, 5), built), "7.5: refused")
+
+    hopper_first = next(s.id for s in catalogue if s.track == "hopper")
+    ampere_first = next(s.id for s in catalogue if s.track == "ampere")
+    check(_stages.choose(frozenset(), (9, 0), built, requested=hopper_first).id == hopper_first,
+          "a named stage runs: %s" % hopper_first)
+    short = "_".join(hopper_first.split("_")[:2])
+    check(_stages.choose(frozenset(), (9, 0), built, requested=short).id == hopper_first,
+          "a stage named by track and number: %s" % short)
+    check(raises(ValueError, "does not support causal", _stages.choose, frozenset({"causal"}), (9, 0), built,
+                 requested=ampere_first), "a named stage without a feature the call needs: refused")
+    check(raises(ValueError, "runs on compute capability 9.0 only", _stages.choose, frozenset(), (8, 0), built,
+                 requested=hopper_first), "an sm_90a stage named on 8.0: refused")
+    check(raises(ValueError, "no stage 'hopper_99'", _stages.choose, frozenset(), (9, 0), built,
+                 requested="hopper_99"), "an unknown stage: refused")
+    check(raises(ValueError, "built without stage", _stages.choose, frozenset(), (9, 0), without_last,
+                 requested=last_of("hopper", frozenset())), "a stage the library lacks, named: refused")
+
+
+def test_library(path):
+    with tempfile.TemporaryDirectory() as tmp:
+        missing = Path(tmp) / "libfa_capi.so"
+        check(raises(_library.LibraryError, "cmake --build build --target fa_capi", _library.Library, missing),
+              "a missing library: the error says how to build it")
+        missing.write_text("not a shared library\n")
+        check(raises(_library.LibraryError, "could not load", _library.Library, missing),
+              "a file that is no shared library: a clear error")
+    check(flash_stages.library_path().name == "libfa_capi.so", "the default library path: %s"
+          % flash_stages.library_path())
+    if path is None:
+        print("(no library given: its loading and launch errors are not checked)")
+        return
+    lib = _library.Library(path)
+    check(list(lib.stage_ids) == [s.id for s in _stages.catalogue()], "the library has every declared stage")
+    params = _library.FaCapiParams(dtype=0, causal=0, batch=2, heads=4, kv_heads=3, seq_q=128, seq_kv=128,
+                                   head_dim=64, softmax_scale=0.125)
+    for name in ("q", "k", "v", "o"):
+        setattr(params, name, _library.FaCapiTensor(0x10000, 128 * 4 * 64, 4 * 64, 64))
+    check(raises(ValueError, "kv_heads 3 must be at least 1 and divide heads 4", lib.launch, lib.stage_ids[-1],
+                 params, 0), "a call the launcher rejects: ValueError with its message")
+
+
+def main():
+    test_good_calls()
+    test_bad_calls()
+    test_stage_choice()
+    test_library(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
+    print("%d check(s) failed" % len(failures) if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
