@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: build every stage, the runner and the stages' C interface, check and time every
 # stage against PyTorch's FlashAttention-2 and cuDNN, write the CSV, and regenerate from it
-# everything the README and docs/ show: the results tables and sentences in README.md, the plots in
+# everything the README and docs/ show: the track tables in README.md, docs/results.md, the plots in
 # plots/, and the generated sections of docs/ (tools/gen_docs.py).
 #
 #   bash scripts/run_all.sh [options of tools/bench.py]

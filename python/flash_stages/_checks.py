@@ -157,7 +157,7 @@ def check_attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=N
         _check_row_strides(name, t)
 
     if softmax_scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
+        scale = 1.0 / math.sqrt(int(head_dim))  # int(): one of KERNEL_HEAD_DIMS by now, also under torch.compile
     else:
         scale = float(softmax_scale)
         # Positive: the kernels take the row max of the unscaled scores (params.cpp says why).

@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""The Python package on the GPU: flash_stages.attention() against an fp64 reference and PyTorch.
+
+    FLASH_STAGES_LIB=build/libfa_capi.so python3 tests/test_python_gpu.py
+
+Each call's output must be as close to the fp64 reference as PyTorch's own attention in the same
+dtype is, within FlashAttention's factor of 2 (common/checker.h's rule, per tensor here), and its
+LSE within 1e-3 of the reference's. Covered: every feature (causal with seq_q below, equal to and
+above seq_kv, GQA and MQA, the LSE, ALiBi with [heads] and [batch, heads] slopes, a non-default
+scale), fp16 and bf16, head_dim 64 and 128, a decoding step (seq_q 1), inputs that are views (q, k
+and v sliced from one packed qkv tensor, tensors transposed from [batch, heads, seq, head_dim], a
+slice along the sequence), a non-default stream (the launch must wait for work queued before it on
+that stream), torch.compile(fullgraph=True) with static and dynamic shapes, every stage of the
+library by name (with every feature it declares), flash_attn_func, and the errors for bad input.
+
+Exit 0 if all hold, 1 otherwise, 77 (skipped) without PyTorch or a CUDA GPU.
+"""
+
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+
+try:
+    import torch
+except ImportError:
+    print("SKIPPED: PyTorch is not installed")
+    sys.exit(77)
+if not torch.cuda.is_available():
+    print("SKIPPED: no CUDA GPU (torch.cuda.is_available() is False)")
+    sys.exit(77)
+
+import torch.nn.functional as F  # noqa: E402
+
+import flash_stages  # noqa: E402
+from flash_stages import attention, flash_attn_func  # noqa: E402
+
+failures = []
+DEVICE = torch.device("cuda")
+CAPABILITY = torch.cuda.get_device_capability()
+
+
+def check(condition, what):
+    print("%s  %s" % ("ok  " if condition else "FAIL", what), flush=True)
+    if not condition:
+        failures.append(what)
+
+
+def randn(*shape, dtype=torch.float16):
+    return torch.randn(*shape, dtype=dtype, device=DEVICE)
+
+
+def expand_kv(t, heads):
+    """[b, s, kv_heads, d] -> [b, s, heads, d]: query head h reads KV head h // (heads / kv_heads)."""
+    return t.repeat_interleave(heads // t.shape[2], dim=2)
+
+
+def scores_bias(b, heads, seq_q, seq_kv, causal, alibi, dtype):
+    """The additive bias both references use: ALiBi's -slope * |i + seq_kv - seq_q - j|, and -inf
+    above the bottom-right-aligned diagonal when causal."""
+    i = torch.arange(seq_q, device=DEVICE)[:, None]
+    j = torch.arange(seq_kv, device=DEVICE)[None, :]
+    bias = torch.zeros(1, 1, seq_q, seq_kv, dtype=dtype, device=DEVICE)
+    if alibi is not None:
+        slopes = alibi.to(dtype).reshape(-1 if alibi.dim() == 2 else 1, heads, 1, 1)
+        bias = bias - slopes * (i + seq_kv - seq_q - j).abs().to(dtype)
+    if causal:
+        bias = bias.masked_fill(j > i + seq_kv - seq_q, float("-inf"))
+    return bias
+
+
+def reference(q, k, v, causal=False, scale=None, alibi=None):
+    """fp64: o [b, seq_q, heads, d] and lse [b, heads, seq_q] (-inf and zeros where a query sees no key)."""
+    b, seq_q, heads, d = q.shape
+    seq_kv = k.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qf, kf, vf = (t.double().transpose(1, 2) for t in (q, expand_kv(k, heads), expand_kv(v, heads)))
+    s = qf @ kf.transpose(-1, -2) * scale + scores_bias(b, heads, seq_q, seq_kv, causal, alibi, torch.float64)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0)
+    return (p @ vf).transpose(1, 2), lse
+
+
+def baseline(q, k, v, causal=False, scale=None, alibi=None):
+    """PyTorch's attention in the inputs' dtype: the error a correct low-precision attention makes."""
+    b, seq_q, heads, d = q.shape
+    bias = scores_bias(b, heads, seq_q, k.shape[1], causal, alibi, torch.float32).to(q.dtype)
+    o = F.scaled_dot_product_attention(q.transpose(1, 2), expand_kv(k, heads).transpose(1, 2),
+                                       expand_kv(v, heads).transpose(1, 2), attn_mask=bias.expand(b, heads, -1, -1),
+                                       scale=scale)
+    return torch.nan_to_num(o.transpose(1, 2), nan=0.0)  # a row that sees no key: NaN there, zeros here
+
+
+def close(what, out, q, k, v, causal=False, scale=None, alibi=None, lse=None):
+    ref, ref_lse = reference(q, k, v, causal, scale, alibi)
+    base = baseline(q, k, v, causal, scale, alibi)
+    u = 2.0 ** -11 if q.dtype == torch.float16 else 2.0 ** -8
+    scale_r = ref.abs().max().item()
+    err = (out.double() - ref).abs().max().item()
+    base_err = (base.double() - ref).abs().max().item()
+    tol = 2 * max(base_err, u * scale_r) + 1e-5 * scale_r
+    ok = out.shape == ref.shape and out.dtype == q.dtype and err <= tol
+    detail = "error %.2e, PyTorch's %.2e, tolerance %.2e" % (err, base_err, tol)
+    if lse is not None:
+        finite = torch.isfinite(ref_lse)
+        same_inf = bool((torch.isfinite(lse) == finite).all())
+        lse_err = (lse.double() - ref_lse)[finite].abs().max().item() if finite.any() else 0.0
+        ok = ok and lse.shape == ref_lse.shape and lse.dtype == torch.float32 and same_inf and lse_err <= 1e-3
+        detail += "; LSE error %.2e%s" % (lse_err, "" if same_inf else ", -inf rows differ")
+    check(ok, "%s: %s" % (what, detail))
+
+
+def raises(exception, needle, fn):
+    try:
+        fn()
+    except exception as e:
+        print("        %s: %s" % (type(e).__name__, e))
+        return needle in str(e)
+    except Exception as e:
+        print("        wrong exception %s: %s" % (type(e).__name__, e))
+        return False
+    print("        no exception")
+    return False
+
+
+def test_features():
+    cases = [
+        # what, dtype, b, seq_q, seq_kv, heads, kv_heads, d, causal, scale, alibi shape, lse
+        ("fp16 d64, seq_q 100 < seq_kv 130", torch.float16, 2, 100, 130, 8, 8, 64, False, None, None, False),
+        ("bf16 d128, causal, seq_q 100 < seq_kv 130", torch.bfloat16, 2, 100, 130, 8, 8, 128, True, None, None, False),
+        ("fp16 d128, causal, seq_q 130 > seq_kv 100 (30 queries see no key), LSE", torch.float16, 2, 130, 100, 4, 4,
+         128, True, None, None, True),
+        ("fp16 d64, causal, GQA 8/2, seq 257, LSE", torch.float16, 2, 257, 257, 8, 2, 64, True, None, None, True),
+        ("bf16 d128, MQA 8/1, scale 0.3", torch.bfloat16, 2, 200, 333, 8, 1, 128, False, 0.3, None, False),
+        ("fp16 d128, a decoding step: seq_q 1, seq_kv 77, causal, GQA 32/8", torch.float16, 3, 1, 77, 32, 8, 128,
+         True, None, None, False),
+        ("fp16 d64, GPT-2's prefill: batch 1, 9 tokens, 12 heads, causal", torch.float16, 1, 9, 9, 12, 12, 64, True,
+         None, None, False),
+        ("fp16 d64, ALiBi [heads], causal, LSE", torch.float16, 2, 150, 150, 8, 8, 64, True, None, "heads", True),
+        ("bf16 d128, ALiBi [batch, heads], GQA 8/4", torch.bfloat16, 2, 100, 180, 8, 4, 128, False, None, "batch",
+         False),
+    ]
+    for what, dtype, b, seq_q, seq_kv, heads, kv_heads, d, causal, scale, alibi_shape, lse in cases:
+        q, k, v = randn(b, seq_q, heads, d, dtype=dtype), randn(b, seq_kv, kv_heads, d, dtype=dtype), \
+            randn(b, seq_kv, kv_heads, d, dtype=dtype)
+        alibi = None
+        if alibi_shape == "heads":
+            alibi = torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)], device=DEVICE)
+        elif alibi_shape == "batch":
+            alibi = torch.rand(b, heads, device=DEVICE) * 0.2
+        stage = flash_stages.pick_stage(causal=causal, gqa=kv_heads != heads, lse=lse, alibi=alibi is not None)
+        result = attention(q, k, v, causal=causal, softmax_scale=scale, alibi_slopes=alibi, return_lse=lse)
+        o, lse_out = result if lse else (result, None)
+        close("%s [%s]" % (what, stage), o, q, k, v, causal, scale, alibi, lse_out)
+
+
+def test_views():
+    b, s, h, d = 2, 190, 12, 64
+    qkv = randn(b, s, 3, h, d)
+    q, k, v = qkv.unbind(dim=2)  # strides (s*3*h*d, 3*h*d, d, 1): no copy
+    check(not q.is_contiguous(), "q, k, v sliced from a packed [b, s, 3, h, d] tensor are views")
+    close("packed qkv views, causal", attention(q, k, v, causal=True), q, k, v, causal=True)
+
+    # transformers' layout: [b, heads, s, d] tensors, transposed (a view) to [b, s, heads, d].
+    qt, kt, vt = randn(b, h, s, d), randn(b, 4, 300, d), randn(b, 4, 300, d)
+    q, k, v = qt.transpose(1, 2), kt.transpose(1, 2), vt.transpose(1, 2)
+    close("[b, h, s, d] tensors transposed, GQA 12/4", attention(q, k, v), q, k, v)
+
+    big = randn(b, 400, h, 128)
+    q = big[:, 10:110]  # a slice along the sequence: starts 10 rows in
+    k, v = big[:, 50:], big[:, 100:]
+    close("slices along the sequence of one tensor", attention(q, k, v, causal=True), q, k, v, causal=True)
+
+    wide = randn(b, s, h, 72)[..., :64]  # head stride 72, a multiple of 8: fine
+    close("head_dim 64 sliced from rows of 72", attention(wide, wide, wide), wide, wide, wide)
+
+
+def test_stream():
+    b, s, h, d = 2, 256, 8, 128
+    q_old, q_new, k, v = randn(b, s, h, d), randn(b, s, h, d), randn(b, s, h, d), randn(b, s, h, d)
+    q = q_old.clone()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()  # PyTorch's streams do not wait for the legacy default stream
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued ahead of the copy on this stream
+        q.copy_(q_new)
+        o = attention(q, k, v)  # must run after the copy: on this stream
+    stream.synchronize()
+    close("on a non-default stream, ordered after the work queued before it there", o, q_new, k, v)
+
+
+def test_compile():
+    def block(q, k, v):
+        o, lse = attention(q, k, v, causal=True, return_lse=True)
+        return o * 2 + 1, lse.exp()
+
+    compiled = torch.compile(block, fullgraph=True)
+    q, k, v = randn(2, 200, 8, 64), randn(2, 300, 8, 64), randn(2, 300, 8, 64)
+    eager_o, eager_l = block(q, k, v)
+    comp_o, comp_l = compiled(q, k, v)
+    check(torch.equal(eager_o, comp_o) and torch.allclose(eager_l, comp_l),
+          "torch.compile(fullgraph=True): no graph break, the same result as eager")
+
+    dynamic = torch.compile(lambda q, k, v: attention(q, k, v, causal=True) + 0, fullgraph=True, dynamic=True)
+    for seq in (100, 173):
+        q, k, v = randn(1, seq, 4, 128), randn(1, seq, 4, 128), randn(1, seq, 4, 128)
+        close("torch.compile(dynamic=True), seq %d" % seq, dynamic(q, k, v), q, k, v, causal=True)
+
+    bad = torch.compile(lambda q: attention(q, q, q), fullgraph=True)
+    check(raises(ValueError, "head_dim 96 has no kernel", lambda: bad(randn(1, 8, 2, 96))),
+          "under torch.compile, bad input fails with the same message (the fake implementation checks it)")
+
+
+def test_every_stage():
+    """Every stage of the library by name, once, with every feature it declares, on a shape every
+    stage takes (384 rows: a multiple of each tile, for the stages without any_length)."""
+    b, s, h, d = 2, 384, 8, 128
+    for stage in flash_stages.stages():
+        if not stage.runs_on(CAPABILITY):
+            check(raises(ValueError, "runs on compute capability", lambda: attention(
+                randn(b, s, h, d), randn(b, s, h, d), randn(b, s, h, d), stage=stage.id)),
+                "%s (%s) is refused on this GPU" % (stage.id, stage.target))
+            continue
+        f = stage.features
+        causal, lse = "causal" in f, "lse" in f
+        kv_heads = 2 if "gqa" in f else h
+        alibi = torch.rand(h, device=DEVICE) * 0.1 if "alibi" in f else None
+        q, k, v = randn(b, s, h, d), randn(b, s, kv_heads, d), randn(b, s, kv_heads, d)
+        result = attention(q, k, v, causal=causal, alibi_slopes=alibi, return_lse=lse, stage=stage.id)
+        o, lse_out = result if lse else (result, None)
+        close("stage %s (%s)" % (stage.id, ", ".join(sorted(f)) or "no features"), o, q, k, v, causal, None, alibi,
+              lse_out)
+
+
+def test_flash_attn_func():
+    q, k, v = randn(2, 120, 8, 128), randn(2, 150, 2, 128), randn(2, 150, 2, 128)
+    alibi = torch.rand(8, device=DEVICE) * 0.1
+    check(torch.equal(flash_attn_func(q, k, v, causal=True), attention(q, k, v, causal=True)),
+          "flash_attn_func(causal=True) is attention(causal=True)")
+    out = flash_attn_func(q, k, v, 0.0, 0.2, False, (-1, -1), 0.0, alibi, True, False)  # FA2's positional order
+    close("flash_attn_func with FlashAttention-2's positional arguments (scale 0.2, ALiBi)", out, q, k, v, False, 0.2,
+          alibi)
+
+
+def test_errors():
+    q = randn(2, 64, 4, 64)
+    cases = [
+        ("CPU tensors", ValueError, "is on cpu", lambda: attention(q.cpu(), q.cpu(), q.cpu())),
+        ("fp32 tensors", TypeError, "dtype torch.float32", lambda: attention(q.float(), q.float(), q.float())),
+        ("q fp16, k bf16", TypeError, "one dtype", lambda: attention(q, q.bfloat16(), q.bfloat16())),
+        ("a list for k", TypeError, "k must be a torch.Tensor", lambda: attention(q, [1], q)),
+        ("seq 0", ValueError, "seq_q is 0", lambda: attention(q[:, :0], q, q)),
+        ("head_dim 96", ValueError, "head_dim 96 has no kernel", lambda: attention(*(randn(1, 8, 2, 96),) * 3)),
+        ("k with 3 heads for q's 4", ValueError, "does not divide", lambda: attention(q, q[:, :, :3], q[:, :, :3])),
+        ("head_dim not contiguous", ValueError, "must be contiguous",
+         lambda: attention(randn(2, 64, 4, 128)[..., ::2], q, q)),
+        ("q not 16-byte aligned", ValueError, "16-byte aligned",
+         lambda: attention(torch.empty(2 * 64 * 4 * 64 + 4, dtype=torch.float16, device=DEVICE)[4:].view(2, 64, 4, 64),
+                           q, q)),
+        ("a negative scale", ValueError, "finite and positive", lambda: attention(q, q, q, softmax_scale=-0.1)),
+        ("fp16 ALiBi slopes", TypeError, "torch.float32",
+         lambda: attention(q, q, q, alibi_slopes=torch.ones(4, dtype=torch.float16, device=DEVICE))),
+        ("inputs that require grad", NotImplementedError, "no backward pass",
+         lambda: attention(q.clone().requires_grad_(), q, q)),
+        ("a stage without causal, named", ValueError, "does not support causal",
+         lambda: attention(q, q, q, causal=True, stage="ampere_01")),
+        ("a length a stage without any_length does not take", ValueError, "not a multiple of the block size",
+         lambda: attention(randn(1, 100, 4, 64), randn(1, 128, 4, 64), randn(1, 128, 4, 64), stage="ampere_01")),
+        ("an unknown stage", ValueError, "no stage 'nope'", lambda: attention(q, q, q, stage="nope")),
+        ("flash_attn_func with dropout", NotImplementedError, "no dropout", lambda: flash_attn_func(q, q, q, 0.1)),
+        ("flash_attn_func with a window", NotImplementedError, "sliding-window",
+         lambda: flash_attn_func(q, q, q, window_size=(64, 0))),
+        ("flash_attn_func with return_attn_probs", NotImplementedError, "return_lse",
+         lambda: flash_attn_func(q, q, q, return_attn_probs=True)),
+    ]
+    for what, exception, needle, fn in cases:
+        check(raises(exception, needle, fn), "%s -> %s" % (what, exception.__name__))
+    with torch.no_grad():
+        o = attention(q.clone().requires_grad_(), q, q)
+    check(o.shape == q.shape and not o.requires_grad, "inputs that require grad, under torch.no_grad(): accepted")
+
+
+def main():
+    print("%s, compute capability %d.%d; library %s" % (torch.cuda.get_device_name(), CAPABILITY[0], CAPABILITY[1],
+                                                       flash_stages.library_path()))
+    print("stage picked: plain %s; causal+GQA+LSE %s; ALiBi %s" % (
+        flash_stages.pick_stage(), flash_stages.pick_stage(causal=True, gqa=True, lse=True),
+        flash_stages.pick_stage(alibi=True)))
+    torch.manual_seed(0)
+    for test in (test_features, test_views, test_stream, test_compile, test_every_stage, test_flash_attn_func,
+                 test_errors):
+        print("--- %s" % test.__name__, flush=True)
+        try:
+            test()
+        except Exception as e:  # one broken part must not hide the others
+            import traceback
+
+            traceback.print_exc()
+            check(False, "%s raised %s: %s" % (test.__name__, type(e).__name__, e))
+    print("%d check(s) failed" % len(failures) if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
