@@ -60,6 +60,9 @@ if(Python3_Interpreter_FOUND)
   # No file speaks of how the work was produced instead of the project (tests/test_no_lab_notebook.py).
   add_test(NAME test_no_lab_notebook COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_no_lab_notebook.py)
   set_tests_properties(test_no_lab_notebook PROPERTIES LABELS cpu)
+  # The book's order: track folders, numbered without gaps, stage NN's parent NN-1 (tests/test_tracks.py).
+  add_test(NAME test_tracks COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_tracks.py)
+  set_tests_properties(test_tracks PROPERTIES LABELS cpu)
 else()
   message(WARNING "python3 not found: the SASS and docs tests (tests/check_sass.py, tools/gen_docs.py, "
                   "tests/test_docs_coverage.py) are not registered")
