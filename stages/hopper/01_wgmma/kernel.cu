@@ -269,51 +269,69 @@ __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTi
   }
 }
 
-// ================================ kernel ================================
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionParams p) {
-  using Cfg = Config<T, kHeadDim>;
+// ============================ the tile scheduler ============================
+// Which tile this block computes: one thread block per (batch, head, query block), query blocks
+// fastest so that the blocks running at the same time share one head's K and V in L2.
+struct TileCoordinates {
+  int64_t q_block, head, batch;
+};
+struct TileScheduler {
+  TileCoordinates block_tile;  // the block's one tile
+  __device__ static TileScheduler of(const AttentionParams& p) {
+    const int64_t num_q_blocks = p.seq_q / kBlockQ;
+    const int64_t q_block = blockIdx.x % num_q_blocks;
+    const int64_t batch_head = blockIdx.x / num_q_blocks;
+    const int64_t batch = batch_head / p.heads;
+    const int64_t head = batch_head % p.heads;
+    return {{q_block, head, batch}};
+  }
+};
 
-  // One thread block per (batch, head, query block), query blocks fastest so that the blocks
-  // running at the same time share one head's K and V in L2.
-  const int64_t num_q_blocks = p.seq_q / kBlockQ;
-  const int64_t q_block = blockIdx.x % num_q_blocks;
-  const int64_t batch_head = blockIdx.x / num_q_blocks;
-  const int64_t batch = batch_head / p.heads;
-  const int64_t head = batch_head % p.heads;
-  const T* q_gmem = static_cast<const T*>(p.q.data) + batch * p.q.batch_stride + head * p.q.head_stride +
-                    q_block * kBlockQ * p.q.seq_stride;
-  const T* k_gmem = static_cast<const T*>(p.k.data) + batch * p.k.batch_stride + head * p.k.head_stride;
-  const T* v_gmem = static_cast<const T*>(p.v.data) + batch * p.v.batch_stride + head * p.v.head_stride;
-  T* o_gmem = static_cast<T*>(p.o.data) + batch * p.o.batch_stride + head * p.o.head_stride +
-              q_block * kBlockQ * p.o.seq_stride;
+// The K/V blocks a tile visits: all of them. < 2^31: K alone would need 2^44 bytes.
+struct TileWork {
+  int kv_blocks;
+};
+__device__ __forceinline__ TileWork tile_work(const AttentionParams& p) {
+  return {static_cast<int>(p.seq_kv / kBlockKV)};
+}
 
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  SharedTiles<Cfg> smem(smem_raw);
-
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
-  const int thread_in_warpgroup = threadIdx.x % kWarpgroupThreads;
-  const int warpgroup_row0 = warpgroup * kWgmmaM;
-  // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
-  const uint32_t q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
-  const uint32_t k_address = smem_u32(smem.k);
-  const uint32_t v_address = smem_u32(smem.v);
-
-  // Q stays in shared memory for the whole loop over K/V. The first K block is requested with it.
-  copy_tile_to_smem<Cfg, kBlockQ>(smem.q, q_gmem, p.q.seq_stride);
-  copy_tile_to_smem<Cfg, kBlockKV>(smem.k, k_gmem, p.k.seq_stride);
-  cp_async_commit();
-  cp_async_wait<0>();
-  fence_proxy_async_shared();  // cp.async wrote Q and K through the generic proxy; wgmma reads them through the async one
-  __syncthreads();
-
-  float o_acc[Cfg::kDimTiles][4] = {};
+// ================== the consumer's tile and its K/V step ==================
+// A warpgroup (0 or 1): its 64 rows of the block's tile. What it keeps throughout is here; the
+// tile's accumulators and row state are the tile's (TileRegisters). Every thread computes, and
+// copies its share of every tile too.
+template <typename Cfg>
+struct TileRegisters {
+  float o_acc[Cfg::kDimTiles][4];
   RowState state;
-  init_row_state(state);
-  const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
+};
 
-  const int num_kv_blocks = static_cast<int>(p.seq_kv / kBlockKV);  // < 2^31: K alone would need 2^44 bytes
-  for (int kv_block = 0; kv_block < num_kv_blocks; ++kv_block) {
+template <typename Cfg>
+struct Consumer {
+  using T = typename Cfg::Elem;
+  const AttentionParams& p;
+  const SharedTiles<Cfg>& smem;
+  int consumer_warpgroup;  // 0 or 1
+  int thread_in_warpgroup;
+  int warpgroup_row0;
+  // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
+  uint32_t q_rows_address;
+  uint32_t k_address;
+  uint32_t v_address;
+  float scale_log2;  // softmax_scale * log2(e)
+  const T* k_gmem;  // the next K block to copy
+  const T* v_gmem;  // the next V block to copy
+
+  __device__ Consumer(const AttentionParams& p_, const SharedTiles<Cfg>& smem_, int warpgroup)
+      : p(p_), smem(smem_), consumer_warpgroup(warpgroup), thread_in_warpgroup(threadIdx.x % kWarpgroupThreads) {
+    warpgroup_row0 = consumer_warpgroup * kWgmmaM;
+    q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
+    k_address = smem_u32(smem.k);
+    v_address = smem_u32(smem.v);
+    scale_log2 = p.softmax_scale * 1.44269504088896340736f;
+  }
+
+  // One K/V step: S = Q K^T, the softmax, O += P V, with the copies of this block's V and the next K.
+  __device__ void kv_step(TileRegisters<Cfg>& t, const TileWork& work, int kv_block) {
     // This block's V lands while S = Q K^T runs. (The K block is already in shared memory.)
     copy_tile_to_smem<Cfg, kBlockKV>(smem.v, v_gmem, p.v.seq_stride);
     cp_async_commit();
@@ -326,22 +344,77 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
 
     // The next K block lands while softmax and P V run. On the last block the group is empty, which
     // keeps the count of groups in flight the same in every iteration.
-    if (kv_block + 1 < num_kv_blocks) copy_tile_to_smem<Cfg, kBlockKV>(smem.k, k_gmem, p.k.seq_stride);
+    if (kv_block + 1 < work.kv_blocks) copy_tile_to_smem<Cfg, kBlockKV>(smem.k, k_gmem, p.k.seq_stride);
     cp_async_commit();
 
-    online_softmax_update<Cfg>(s_acc, o_acc, state, scale_log2);
+    online_softmax_update<Cfg>(s_acc, t.o_acc, t.state, scale_log2);
 
     cp_async_wait<1>();          // this block's V has landed; the next K may still be in flight
     fence_proxy_async_shared();  // ... made visible to wgmma
     __syncthreads();             // ... for every thread's copies
 
-    accumulate_pv<Cfg>(o_acc, s_acc, v_address);
+    accumulate_pv<Cfg>(t.o_acc, s_acc, v_address);
     cp_async_wait<0>();          // the next K block has landed
     fence_proxy_async_shared();  // ... made visible to wgmma
     __syncthreads();             // ... for every thread, and every warpgroup is done with V before it is overwritten
   }
 
-  normalize_and_write_o<Cfg>(o_acc, state, smem.q, o_gmem, p.o.seq_stride, warpgroup_row0, thread_in_warpgroup);
+  // Where the tile's rows of O go.
+  struct TileOutput {
+    T* o_gmem;
+  };
+  __device__ TileOutput output_of(const TileCoordinates& at) const {
+    T* o_gmem = static_cast<T*>(p.o.data) + at.batch * p.o.batch_stride + at.head * p.o.head_stride +
+                at.q_block * kBlockQ * p.o.seq_stride;
+    return {o_gmem};
+  }
+
+  // The epilogue: O normalized and written.
+  __device__ void epilogue(TileRegisters<Cfg>& t, const TileOutput& out) {
+    normalize_and_write_o<Cfg>(t.o_acc, t.state, smem.q, out.o_gmem, p.o.seq_stride, warpgroup_row0,
+                               thread_in_warpgroup);
+  }
+
+  // One tile: Q and the first K, the K/V steps, the epilogue.
+  __device__ void tile(const TileCoordinates& at) {
+    const TileWork work = tile_work(p);
+    const TileOutput out = output_of(at);
+    const T* q_gmem = static_cast<const T*>(p.q.data) + at.batch * p.q.batch_stride + at.head * p.q.head_stride +
+                      at.q_block * kBlockQ * p.q.seq_stride;
+    k_gmem = static_cast<const T*>(p.k.data) + at.batch * p.k.batch_stride + at.head * p.k.head_stride;
+    v_gmem = static_cast<const T*>(p.v.data) + at.batch * p.v.batch_stride + at.head * p.v.head_stride;
+    // Q stays in shared memory for the whole loop over K/V. The first K block is requested with it.
+    copy_tile_to_smem<Cfg, kBlockQ>(smem.q, q_gmem, p.q.seq_stride);
+    copy_tile_to_smem<Cfg, kBlockKV>(smem.k, k_gmem, p.k.seq_stride);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async_shared();  // cp.async wrote Q and K through the generic proxy; wgmma reads them through the async one
+    __syncthreads();
+    TileRegisters<Cfg> t;
+#pragma unroll
+    for (int d = 0; d < Cfg::kDimTiles; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) t.o_acc[d][e] = 0.0f;
+    init_row_state(t.state);
+    for (int kv_block = 0; kv_block < work.kv_blocks; ++kv_block) kv_step(t, work, kv_block);
+    epilogue(t, out);
+  }
+
+  __device__ void loop(const TileScheduler& tiles) { tile(tiles.block_tile); }
+};
+
+// ================================ kernel ================================
+// Every warpgroup computes its rows of the tile the scheduler gives this block.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionParams p) {
+  using Cfg = Config<T, kHeadDim>;
+  const TileScheduler tiles = TileScheduler::of(p);
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  SharedTiles<Cfg> smem(smem_raw);
+
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  Consumer<Cfg>(p, smem, warpgroup).loop(tiles);
 }
 
 // =============================== launcher ===============================

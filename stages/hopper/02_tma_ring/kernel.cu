@@ -284,36 +284,155 @@ __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTi
   }
 }
 
+// ============================ the tile scheduler ============================
+// Which tile this block computes: one thread block per (batch, head, query block), query blocks
+// fastest so that the blocks running at the same time share one head's K and V in L2.
+struct TileCoordinates {
+  int q_block, head, batch;
+};
+struct TileScheduler {
+  TileCoordinates block_tile;  // the block's one tile
+  __device__ static TileScheduler of(const AttentionParams& p) {
+    const int64_t num_q_blocks = p.seq_q / kBlockQ;
+    const int q_block = static_cast<int>(blockIdx.x % num_q_blocks);
+    const int64_t batch_head = blockIdx.x / num_q_blocks;
+    const int batch = static_cast<int>(batch_head / p.heads);
+    const int head = static_cast<int>(batch_head % p.heads);
+    return {{q_block, head, batch}};
+  }
+};
+
+// The K/V blocks a tile visits: all of them. < 2^31: K alone would need 2^44 bytes.
+struct TileWork {
+  int kv_blocks;
+};
+__device__ __forceinline__ TileWork tile_work(const AttentionParams& p) {
+  return {static_cast<int>(p.seq_kv / kBlockKV)};
+}
+
+// Where a K/V block sits in the ring: its slot, and the parity of the slot's use (fills before it, mod 2).
+__device__ __forceinline__ int slot_of(int kv_block) { return kv_block % kStages; }
+__device__ __forceinline__ uint32_t parity_of(int kv_block) { return (kv_block / kStages) % 2; }
+
+// ================== the consumer's tile and its K/V step ==================
+// A warpgroup (0 or 1): its 64 rows of the block's tile. What it keeps throughout is here; the
+// tile's accumulators and row state are the tile's (TileRegisters). Every warpgroup computes, and
+// thread 0 is also the loader.
+template <typename Cfg>
+struct TileRegisters {
+  float o_acc[Cfg::kDimTiles][4];
+  RowState state;
+};
+
+template <typename Cfg>
+struct Consumer {
+  using T = typename Cfg::Elem;
+  const AttentionParams& p;
+  const TensorMaps& maps;
+  const SharedTiles<Cfg>& smem;
+  int consumer_warpgroup;  // 0 or 1
+  int thread_in_warpgroup;
+  int warpgroup_row0;
+  // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
+  uint32_t q_rows_address;
+  float scale_log2;  // softmax_scale * log2(e)
+  bool is_loader;    // the one thread that issues the copies
+
+  __device__ Consumer(const AttentionParams& p_, const TensorMaps& maps_, const SharedTiles<Cfg>& smem_, int warpgroup)
+      : p(p_), maps(maps_), smem(smem_), consumer_warpgroup(warpgroup), thread_in_warpgroup(threadIdx.x % kWarpgroupThreads) {
+    warpgroup_row0 = consumer_warpgroup * kWgmmaM;
+    q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
+    scale_log2 = p.softmax_scale * 1.44269504088896340736f;
+    is_loader = threadIdx.x == 0;
+  }
+
+  // One K/V step: S = Q K^T, the softmax, O += P V.
+  __device__ void kv_step(TileRegisters<Cfg>& t, const TileWork& work, int kv_block) {
+    const int slot = slot_of(kv_block);
+    const uint32_t parity = parity_of(kv_block);
+
+    mbarrier_wait(smem_u32(&smem.k_full[slot]), parity);
+    float s_acc[Cfg::kKeyTiles][4];  // not cleared: the first wgmma of compute_scores overwrites it
+    compute_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot)));
+
+    online_softmax_update<Cfg>(s_acc, t.o_acc, t.state, scale_log2);
+
+    mbarrier_wait(smem_u32(&smem.v_full[slot]), parity);  // has landed during Q K^T and the softmax
+    accumulate_pv<Cfg>(t.o_acc, s_acc, smem_u32(smem.v(slot)));
+
+    // This warp's wgmmas have finished reading the slot (accumulate_pv waited for them).
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(&smem.empty[slot]));
+  }
+
+  // Where the tile's rows of O go.
+  struct TileOutput {
+    T* o_gmem;
+  };
+  __device__ TileOutput output_of(const TileCoordinates& at) const {
+    T* o_gmem = static_cast<T*>(p.o.data) + at.batch * p.o.batch_stride + at.head * p.o.head_stride +
+                static_cast<int64_t>(at.q_block) * kBlockQ * p.o.seq_stride;
+    return {o_gmem};
+  }
+
+  // The epilogue: O normalized and written.
+  __device__ void epilogue(TileRegisters<Cfg>& t, const TileOutput& out) {
+    __syncthreads();  // every warpgroup's wgmmas are done with Q before O is staged over it
+    normalize_and_write_o<Cfg>(t.o_acc, t.state, smem.q, out.o_gmem, p.o.seq_stride, warpgroup_row0,
+                               thread_in_warpgroup);
+  }
+
+  // One tile: the K/V steps, each followed by the loader's refill of its slot, the epilogue.
+  __device__ void tile(const TileCoordinates& at) {
+    const TileWork work = tile_work(p);
+    const TileOutput out = output_of(at);
+    // Q stays in shared memory for the whole loop; the ring starts full.
+    if (is_loader) {
+      load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, at.q_block * kBlockQ, at.head, at.batch);
+      for (int s = 0; s < kStages && s < work.kv_blocks; ++s) {
+        load_tile<Cfg, kBlockKV>(smem.k(s), &maps.k, &smem.k_full[s], s * kBlockKV, at.head, at.batch);
+        load_tile<Cfg, kBlockKV>(smem.v(s), &maps.v, &smem.v_full[s], s * kBlockKV, at.head, at.batch);
+      }
+    }
+    TileRegisters<Cfg> t;
+#pragma unroll
+    for (int d = 0; d < Cfg::kDimTiles; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) t.o_acc[d][e] = 0.0f;
+    init_row_state(t.state);
+    mbarrier_wait(smem_u32(smem.q_full), 0);
+    for (int kv_block = 0; kv_block < work.kv_blocks; ++kv_block) {
+      kv_step(t, work, kv_block);
+      // Refill the slot with the block kStages ahead, once every warp is done with it.
+      if (is_loader && kv_block + kStages < work.kv_blocks) {
+        const int slot = slot_of(kv_block);
+        mbarrier_wait(smem_u32(&smem.empty[slot]), parity_of(kv_block));
+        load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], (kv_block + kStages) * kBlockKV, at.head,
+                                 at.batch);
+        load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], (kv_block + kStages) * kBlockKV, at.head,
+                                 at.batch);
+      }
+    }
+    epilogue(t, out);
+  }
+
+  __device__ void loop(const TileScheduler& tiles) { tile(tiles.block_tile); }
+};
+
 // ================================ kernel ================================
+// Every warpgroup computes its rows of the tile the scheduler gives this block; thread 0 also loads.
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionParams p,
                                                              const __grid_constant__ TensorMaps maps) {
   using Cfg = Config<T, kHeadDim>;
-
-  // One thread block per (batch, head, query block), query blocks fastest so that the blocks
-  // running at the same time share one head's K and V in L2.
-  const int64_t num_q_blocks = p.seq_q / kBlockQ;
-  const int q_block = static_cast<int>(blockIdx.x % num_q_blocks);
-  const int64_t batch_head = blockIdx.x / num_q_blocks;
-  const int batch = static_cast<int>(batch_head / p.heads);
-  const int head = static_cast<int>(batch_head % p.heads);
-  T* o_gmem = static_cast<T*>(p.o.data) + batch * p.o.batch_stride + head * p.o.head_stride +
-              static_cast<int64_t>(q_block) * kBlockQ * p.o.seq_stride;
+  const TileScheduler tiles = TileScheduler::of(p);
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   SharedTiles<Cfg> smem(smem_raw);
 
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
-  const int thread_in_warpgroup = threadIdx.x % kWarpgroupThreads;
-  const int warpgroup_row0 = warpgroup * kWgmmaM;
-  // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
-  const uint32_t q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
-  const int num_kv_blocks = static_cast<int>(p.seq_kv / kBlockKV);  // < 2^31: K alone would need 2^44 bytes
-  const bool is_loader = threadIdx.x == 0;  // the one thread that issues the copies
-
   // Barriers: a full barrier completes when its one arrival (the loader's expect_tx) and all the
   // bytes have come; an empty barrier when every warp has arrived.
-  if (is_loader) {
+  if (threadIdx.x == 0) {
     prefetch_tensor_map(&maps.q);
     prefetch_tensor_map(&maps.k);
     prefetch_tensor_map(&maps.v);
@@ -328,49 +447,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionPara
   }
   __syncthreads();  // the barriers exist before anyone waits on them
 
-  // Q stays in shared memory for the whole loop; the ring starts full.
-  if (is_loader) {
-    load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, q_block * kBlockQ, head, batch);
-    for (int s = 0; s < kStages && s < num_kv_blocks; ++s) {
-      load_tile<Cfg, kBlockKV>(smem.k(s), &maps.k, &smem.k_full[s], s * kBlockKV, head, batch);
-      load_tile<Cfg, kBlockKV>(smem.v(s), &maps.v, &smem.v_full[s], s * kBlockKV, head, batch);
-    }
-  }
-
-  float o_acc[Cfg::kDimTiles][4] = {};
-  RowState state;
-  init_row_state(state);
-  const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
-
-  mbarrier_wait(smem_u32(smem.q_full), 0);
-  for (int kv_block = 0; kv_block < num_kv_blocks; ++kv_block) {
-    const int slot = kv_block % kStages;
-    const uint32_t parity = (kv_block / kStages) % 2;  // this slot's use number, mod 2
-
-    mbarrier_wait(smem_u32(&smem.k_full[slot]), parity);
-    float s_acc[Cfg::kKeyTiles][4];  // not cleared: the first wgmma of compute_scores overwrites it
-    compute_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot)));
-
-    online_softmax_update<Cfg>(s_acc, o_acc, state, scale_log2);
-
-    mbarrier_wait(smem_u32(&smem.v_full[slot]), parity);  // has landed during Q K^T and the softmax
-    accumulate_pv<Cfg>(o_acc, s_acc, smem_u32(smem.v(slot)));
-
-    // This warp's wgmmas have finished reading the slot (accumulate_pv waited for them).
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(&smem.empty[slot]));
-    // Refill it with the block kStages ahead, once every warp is done with it.
-    if (is_loader && kv_block + kStages < num_kv_blocks) {
-      mbarrier_wait(smem_u32(&smem.empty[slot]), parity);
-      load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], (kv_block + kStages) * kBlockKV, head,
-                               batch);
-      load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], (kv_block + kStages) * kBlockKV, head,
-                               batch);
-    }
-  }
-
-  __syncthreads();  // every warpgroup's wgmmas are done with Q before O is staged over it
-  normalize_and_write_o<Cfg>(o_acc, state, smem.q, o_gmem, p.o.seq_stride, warpgroup_row0, thread_in_warpgroup);
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  Consumer<Cfg>(p, maps, smem, warpgroup).loop(tiles);
 }
 
 // =============================== launcher ===============================

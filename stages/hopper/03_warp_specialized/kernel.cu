@@ -52,7 +52,7 @@ constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) <= 65536,
               "the roles' registers fit the register file");
-constexpr int kConsumerBarrier = 1;  // named barrier id of the consumers (0 is __syncthreads')
+enum NamedBarrier : int { kConsumerBarrier = 1 };  // named barrier id of the consumers (0 is __syncthreads')
 static_assert(kBlockKV % kWgmmaK == 0, "P V consumes keys 16 at a time");
 // Within its warpgroup's 64 rows, warp w holds rows 16w .. 16w+15 of every accumulator, and a
 // thread two of them: row lane/4 (entries 0, 1 of each n8 block) and row lane/4 + 8 (entries 2, 3);
@@ -293,27 +293,151 @@ __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTi
   }
 }
 
+// ============================ the tile scheduler ============================
+// Which tile this block computes: one thread block per (batch, head, query block), query blocks
+// fastest so that the blocks running at the same time share one head's K and V in L2.
+struct TileCoordinates {
+  int q_block, head, batch;
+};
+struct TileScheduler {
+  TileCoordinates block_tile;  // the block's one tile
+  __device__ static TileScheduler of(const AttentionParams& p) {
+    const int64_t num_q_blocks = p.seq_q / kBlockQ;
+    const int q_block = static_cast<int>(blockIdx.x % num_q_blocks);
+    const int64_t batch_head = blockIdx.x / num_q_blocks;
+    const int batch = static_cast<int>(batch_head / p.heads);
+    const int head = static_cast<int>(batch_head % p.heads);
+    return {{q_block, head, batch}};
+  }
+};
+
+// The K/V blocks a tile visits: all of them. < 2^31: K alone would need 2^44 bytes.
+struct TileWork {
+  int kv_blocks;
+};
+__device__ __forceinline__ TileWork tile_work(const AttentionParams& p) {
+  return {static_cast<int>(p.seq_kv / kBlockKV)};
+}
+
+// Where a K/V block sits in the ring: its slot, and the parity of the slot's use (fills before it, mod 2).
+__device__ __forceinline__ int slot_of(int kv_block) { return kv_block % kStages; }
+__device__ __forceinline__ uint32_t parity_of(int kv_block) { return (kv_block / kStages) % 2; }
+
+// ============================ the producer's loop ============================
+// Warpgroup 0, one thread: the tile's Q, then its K and V blocks into the ring, each as soon as the
+// consumers have released the slot it goes to.
+template <typename Cfg>
+__device__ __forceinline__ void producer_loop(const AttentionParams& p, const TensorMaps& maps,
+                                              const SharedTiles<Cfg>& smem, const TileScheduler& tiles) {
+  const TileCoordinates at = tiles.block_tile;
+  const TileWork work = tile_work(p);
+  load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, at.q_block * kBlockQ, at.head, at.batch);
+  for (int kv_block = 0; kv_block < work.kv_blocks; ++kv_block) {
+    const int slot = kv_block % kStages;
+    const int use = kv_block / kStages;  // how many times the slot was filled before
+    // From the second use on, wait until the consumers released the previous one: its phase
+    // (use - 1) completed, parity (use - 1) % 2.
+    if (use > 0) mbarrier_wait(smem_u32(&smem.empty[slot]), (use - 1) % 2);
+    load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], kv_block * kBlockKV, at.head, at.batch);
+    load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], kv_block * kBlockKV, at.head, at.batch);
+  }
+}
+
+// ================== the consumer's tile and its K/V step ==================
+// A consumer warpgroup (1 or 2): its 64 rows of the block's tile. What it keeps throughout is
+// here; the tile's accumulators and row state are the tile's (TileRegisters).
+template <typename Cfg>
+struct TileRegisters {
+  float o_acc[Cfg::kDimTiles][4];
+  RowState state;
+};
+
+template <typename Cfg>
+struct Consumer {
+  using T = typename Cfg::Elem;
+  const AttentionParams& p;
+  const SharedTiles<Cfg>& smem;
+  int consumer_warpgroup;  // 0 or 1
+  int thread_in_warpgroup;
+  int warpgroup_row0;
+  // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
+  uint32_t q_rows_address;
+  float scale_log2;  // softmax_scale * log2(e)
+
+  __device__ Consumer(const AttentionParams& p_, const SharedTiles<Cfg>& smem_, int warpgroup)
+      : p(p_), smem(smem_), consumer_warpgroup(warpgroup - 1), thread_in_warpgroup(threadIdx.x % kWarpgroupThreads) {
+    warpgroup_row0 = consumer_warpgroup * kWgmmaM;
+    q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
+    scale_log2 = p.softmax_scale * 1.44269504088896340736f;
+  }
+
+  // One K/V step: S = Q K^T, the softmax, O += P V.
+  __device__ void kv_step(TileRegisters<Cfg>& t, const TileWork& work, int kv_block) {
+    const int slot = slot_of(kv_block);
+    const uint32_t parity = parity_of(kv_block);
+
+    mbarrier_wait(smem_u32(&smem.k_full[slot]), parity);
+    float s_acc[Cfg::kKeyTiles][4];  // not cleared: the first wgmma of compute_scores overwrites it
+    compute_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot)));
+
+    online_softmax_update<Cfg>(s_acc, t.o_acc, t.state, scale_log2);
+
+    mbarrier_wait(smem_u32(&smem.v_full[slot]), parity);  // has landed during Q K^T and the softmax
+    accumulate_pv<Cfg>(t.o_acc, s_acc, smem_u32(smem.v(slot)));
+
+    // This warp's wgmmas have finished reading the slot (accumulate_pv waited for them): release it.
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(&smem.empty[slot]));
+  }
+
+  // Where the tile's rows of O go.
+  struct TileOutput {
+    T* o_gmem;
+  };
+  __device__ TileOutput output_of(const TileCoordinates& at) const {
+    T* o_gmem = static_cast<T*>(p.o.data) + at.batch * p.o.batch_stride + at.head * p.o.head_stride +
+                static_cast<int64_t>(at.q_block) * kBlockQ * p.o.seq_stride;
+    return {o_gmem};
+  }
+
+  // The epilogue: O normalized and written.
+  __device__ void epilogue(TileRegisters<Cfg>& t, const TileOutput& out) {
+    const int consumer_thread = threadIdx.x - kWarpgroupThreads;
+    // Both consumer warpgroups' wgmmas are done with Q before O is staged over it.
+    named_barrier_sync<kConsumerBarrier, kConsumerThreads>();
+    normalize_and_write_o<Cfg>(t.o_acc, t.state, smem.q, out.o_gmem, p.o.seq_stride, warpgroup_row0,
+                               thread_in_warpgroup, consumer_thread);
+  }
+
+  // One tile: the K/V steps, the epilogue.
+  __device__ void tile(const TileCoordinates& at) {
+    const TileWork work = tile_work(p);
+    const TileOutput out = output_of(at);
+    TileRegisters<Cfg> t;
+#pragma unroll
+    for (int d = 0; d < Cfg::kDimTiles; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) t.o_acc[d][e] = 0.0f;
+    init_row_state(t.state);
+    mbarrier_wait(smem_u32(smem.q_full), 0);
+    for (int kv_block = 0; kv_block < work.kv_blocks; ++kv_block) kv_step(t, work, kv_block);
+    epilogue(t, out);
+  }
+
+  __device__ void loop(const TileScheduler& tiles) { tile(tiles.block_tile); }
+};
+
 // ================================ kernel ================================
+// The roles: the producer warpgroup's loop and the consumer warpgroups' tile, the one the scheduler
+// gives this block.
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionParams p,
                                                              const __grid_constant__ TensorMaps maps) {
   using Cfg = Config<T, kHeadDim>;
-
-  // One thread block per (batch, head, query block), query blocks fastest so that the blocks
-  // running at the same time share one head's K and V in L2.
-  const int64_t num_q_blocks = p.seq_q / kBlockQ;
-  const int q_block = static_cast<int>(blockIdx.x % num_q_blocks);
-  const int64_t batch_head = blockIdx.x / num_q_blocks;
-  const int batch = static_cast<int>(batch_head / p.heads);
-  const int head = static_cast<int>(batch_head % p.heads);
-  T* o_gmem = static_cast<T*>(p.o.data) + batch * p.o.batch_stride + head * p.o.head_stride +
-              static_cast<int64_t>(q_block) * kBlockQ * p.o.seq_stride;
+  const TileScheduler tiles = TileScheduler::of(p);
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   SharedTiles<Cfg> smem(smem_raw);
-
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
-  const int num_kv_blocks = static_cast<int>(p.seq_kv / kBlockKV);  // < 2^31: K alone would need 2^44 bytes
 
   // Barriers: a full barrier completes when its one arrival (the producer's expect_tx) and all the
   // bytes have come; an empty barrier when every consumer warp has arrived.
@@ -332,58 +456,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
   }
   __syncthreads();  // the barriers exist before anyone waits on them
 
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
-    // ---- producer ----
     setmaxnreg_dec<kProducerRegisters>();
-    if (threadIdx.x == 0) {
-      load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, q_block * kBlockQ, head, batch);
-      for (int kv_block = 0; kv_block < num_kv_blocks; ++kv_block) {
-        const int slot = kv_block % kStages;
-        const int use = kv_block / kStages;  // how many times the slot was filled before
-        // From the second use on, wait until the consumers released the previous one: its phase
-        // (use - 1) completed, parity (use - 1) % 2.
-        if (use > 0) mbarrier_wait(smem_u32(&smem.empty[slot]), (use - 1) % 2);
-        load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], kv_block * kBlockKV, head, batch);
-        load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], kv_block * kBlockKV, head, batch);
-      }
-    }
+    if (threadIdx.x == 0) producer_loop<Cfg>(p, maps, smem, tiles);
   } else {
-    // ---- consumers ----
     setmaxnreg_inc<kConsumerRegisters>();
-    const int consumer_thread = threadIdx.x - kWarpgroupThreads;
-    const int thread_in_warpgroup = threadIdx.x % kWarpgroupThreads;
-    const int warpgroup_row0 = (warpgroup - 1) * kWgmmaM;
-    // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
-    const uint32_t q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
-
-    float o_acc[Cfg::kDimTiles][4] = {};
-    RowState state;
-    init_row_state(state);
-    const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
-
-    mbarrier_wait(smem_u32(smem.q_full), 0);
-    for (int kv_block = 0; kv_block < num_kv_blocks; ++kv_block) {
-      const int slot = kv_block % kStages;
-      const uint32_t parity = (kv_block / kStages) % 2;  // this slot's use number, mod 2
-
-      mbarrier_wait(smem_u32(&smem.k_full[slot]), parity);
-      float s_acc[Cfg::kKeyTiles][4];  // not cleared: the first wgmma of compute_scores overwrites it
-      compute_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot)));
-
-      online_softmax_update<Cfg>(s_acc, o_acc, state, scale_log2);
-
-      mbarrier_wait(smem_u32(&smem.v_full[slot]), parity);  // has landed during Q K^T and the softmax
-      accumulate_pv<Cfg>(o_acc, s_acc, smem_u32(smem.v(slot)));
-
-      // This warp's wgmmas have finished reading the slot (accumulate_pv waited for them): release it.
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(&smem.empty[slot]));
-    }
-
-    // Both consumer warpgroups' wgmmas are done with Q before O is staged over it.
-    named_barrier_sync<kConsumerBarrier, kConsumerThreads>();
-    normalize_and_write_o<Cfg>(o_acc, state, smem.q, o_gmem, p.o.seq_stride, warpgroup_row0, thread_in_warpgroup,
-                               consumer_thread);
+    Consumer<Cfg>(p, smem, warpgroup).loop(tiles);
   }
 }
 

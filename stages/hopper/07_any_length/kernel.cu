@@ -55,8 +55,10 @@ static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumerWarpgroups * kC
               "the roles' registers fit the register file");
 // Named barrier ids (0 is __syncthreads'): per consumer warpgroup c = 0, 1, its turn on the tensor
 // cores (kTurnBarrier + c, both warpgroups) and its epilogue (kEpilogueBarrier + c, its own warps).
-constexpr int kTurnBarrier = 1;
-constexpr int kEpilogueBarrier = 3;
+enum NamedBarrier : int {
+  kTurnBarrier = 1,      // 1, 2
+  kEpilogueBarrier = 3,  // 3, 4
+};
 static_assert(kBlockKV % kWgmmaK == 0, "P V consumes keys 16 at a time");
 // Within its warpgroup's 64 rows, warp w holds rows 16w .. 16w+15 of every accumulator, and a
 // thread two of them: row lane/4 (entries 0, 1 of each n8 block) and row lane/4 + 8 (entries 2, 3);
@@ -333,9 +335,10 @@ __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTi
   }
 }
 
-// ================================ kernel ================================
-// Which (batch, head, query block) tile number `tile` is: query blocks fastest, so that tiles with
-// neighbouring numbers share one head's K and V in L2.
+// ============================ the tile scheduler ============================
+// Which tiles this block computes, in which order. Tile number `tile` is a (batch, head, query
+// block), query blocks fastest, so that tiles with neighbouring numbers share one head's K and V
+// in L2.
 struct TileCoordinates {
   int q_block, head, batch;
 };
@@ -345,25 +348,235 @@ __device__ __forceinline__ TileCoordinates tile_coordinates(int64_t tile, int64_
           static_cast<int>(batch_head / heads)};
 }
 
+// A persistent block takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... The producer and the
+// consumers each walk the same sequence.
+struct TileScheduler {
+  int64_t num_q_blocks;  // the last may be partial
+  int64_t num_tiles;
+  __device__ static TileScheduler of(const AttentionParams& p) {
+    const int64_t num_q_blocks = (p.seq_q + kBlockQ - 1) / kBlockQ;
+    return {num_q_blocks, num_q_blocks * p.heads * p.batch};
+  }
+  __device__ int64_t first() const { return blockIdx.x; }
+  __device__ int64_t next(int64_t tile) const { return tile + gridDim.x; }
+  __device__ TileCoordinates at(int64_t tile, const AttentionParams& p) const {
+    return tile_coordinates(tile, num_q_blocks, p.heads);
+  }
+};
+
+// The K/V blocks a tile visits: all of them. < 2^31: K alone would need 2^44 bytes.
+struct TileWork {
+  int kv_blocks;
+  int last_block_keys;  // every K/V block holds kBlockKV keys but the last, which holds 1 .. kBlockKV
+};
+__device__ __forceinline__ TileWork tile_work(const AttentionParams& p) {
+  const int kv_blocks = static_cast<int>((p.seq_kv + kBlockKV - 1) / kBlockKV);
+  return {kv_blocks, static_cast<int>(p.seq_kv - static_cast<int64_t>(kv_blocks - 1) * kBlockKV)};
+}
+
+// Where a K/V block sits in the ring: its position counts on through all of this block's tiles.
+__device__ __forceinline__ int slot_of(uint32_t position) { return static_cast<int>(position % kStages); }
+__device__ __forceinline__ uint32_t use_of(uint32_t position) { return position / kStages; }  // earlier fills
+
+// ============================ the producer's loop ============================
+// Warpgroup 0, one thread: every tile's K and V blocks into the ring, and the tile's Q, each as soon
+// as the consumers have released the slot (or Q) it goes to.
+template <typename Cfg>
+__device__ __forceinline__ void producer_loop(const AttentionParams& p, const TensorMaps& maps,
+                                              const SharedTiles<Cfg>& smem, const TileScheduler& tiles) {
+  uint32_t position = 0;
+  int local_tile = 0;  // tiles this block has done
+  for (int64_t tile = tiles.first(); tile < tiles.num_tiles; tile = tiles.next(tile), ++local_tile) {
+    const TileCoordinates at = tiles.at(tile, p);
+    const TileWork work = tile_work(p);
+    for (int kv_block = 0; kv_block < work.kv_blocks; ++kv_block, ++position) {
+      const int slot = slot_of(position);
+      const uint32_t use = use_of(position);
+      // From the second use on, wait until the consumers released the previous one: its phase
+      // (use - 1) completed, parity (use - 1) % 2. K is released an iteration before V.
+      if (use > 0) mbarrier_wait(smem_u32(&smem.k_empty[slot]), (use - 1) % 2);
+      load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], kv_block * kBlockKV, at.head, at.batch);
+      if (kv_block == 0) {  // the tile's Q, once the previous tile's last S has read the old one
+        if (local_tile > 0) mbarrier_wait(smem_u32(smem.q_empty), (local_tile - 1) % 2);
+        load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, at.q_block * kBlockQ, at.head, at.batch);
+      }
+      if (use > 0) mbarrier_wait(smem_u32(&smem.v_empty[slot]), (use - 1) % 2);
+      load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], kv_block * kBlockKV, at.head, at.batch);
+    }
+  }
+}
+
+// ================== the consumer's tile and its K/V step ==================
+// A consumer warpgroup (1 or 2): its 64 rows of every tile. What it keeps for all its tiles is
+// here; a tile's accumulators and row state are the tile's (TileRegisters).
+template <typename Cfg>
+struct TileRegisters {
+  float o_acc[Cfg::kDimTiles][4];
+  float s_acc[Cfg::kKeyTiles][4];     // S of the block in flight, then its P
+  uint32_t p_frag[Cfg::kKeySteps][4];  // the previous block's P, packed for P V
+  float correction[kRowsPerThread];
+  RowState state;
+};
+
+template <typename Cfg>
+struct Consumer {
+  using T = typename Cfg::Elem;
+  const AttentionParams& p;
+  const SharedTiles<Cfg>& smem;
+  int consumer_warpgroup;  // 0 or 1
+  int thread_in_warpgroup;
+  int warpgroup_row0;
+  // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
+  uint32_t q_rows_address;
+  float scale_log2;  // softmax_scale * log2(e)
+  uint32_t fence_address;
+  uint32_t first = 0;  // ring position of the tile's first K/V block
+  int local_tile = 0;  // tiles this block has done
+
+  __device__ Consumer(const AttentionParams& p_, const SharedTiles<Cfg>& smem_, int warpgroup)
+      : p(p_), smem(smem_), consumer_warpgroup(warpgroup - 1), thread_in_warpgroup(threadIdx.x % kWarpgroupThreads) {
+    warpgroup_row0 = consumer_warpgroup * kWgmmaM;
+    q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
+    scale_log2 = p.softmax_scale * 1.44269504088896340736f;
+    fence_address = smem_u32(smem.softmax_fence + threadIdx.x - kWarpgroupThreads);
+  }
+
+  // A warp releases Q, or a slot's K or V, once its warpgroup's wgmmas have read it (after their wait).
+  __device__ void release(uint64_t* empty_barrier) const {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(empty_barrier));
+  }
+  // Turns on the tensor cores: wait for this warpgroup's, issue one step's GEMMs, hand the turn over.
+  __device__ void wait_turn() const { named_barrier_sync<kConsumerThreads>(kTurnBarrier + consumer_warpgroup); }
+  __device__ void pass_turn() const { named_barrier_arrive<kConsumerThreads>(kTurnBarrier + 1 - consumer_warpgroup); }
+
+  // The last K/V block's keys past the sequence: masked.
+  __device__ void mask(TileRegisters<Cfg>& t, const TileWork& work) const {
+    mask_missing_keys<Cfg>(t.s_acc, work.last_block_keys, thread_in_warpgroup);
+  }
+
+  // Block 0's scores, alone: there is no P V to overlap them with yet.
+  __device__ void first_block(TileRegisters<Cfg>& t, const TileWork& work) {
+    mbarrier_wait(smem_u32(smem.q_full), local_tile % 2);
+    mbarrier_wait(smem_u32(&smem.k_full[slot_of(first)]), use_of(first) % 2);
+    wgmma_fence();
+    wait_turn();
+    issue_scores<Cfg>(t.s_acc, q_rows_address, smem_u32(smem.k(slot_of(first))));
+    pass_turn();
+    wgmma_wait_group<0>();
+    pin_registers(t.s_acc);  // nothing reads S before the wait
+    release(&smem.k_empty[slot_of(first)]);
+    if (work.kv_blocks == 1 && work.last_block_keys < kBlockKV) mask(t, work);  // block 0 is also the last
+    online_softmax_scores<Cfg>(t.s_acc, t.state, scale_log2, t.correction);  // O is zero: no rescale
+  }
+
+  // One K/V step: S_j with P_{j-1} V_{j-1}, then block j's softmax. The last block's step, the one
+  // that may need the key mask, is a copy of its own (mask_keys, after the loop): with the mask's
+  // branch inside the loop body, this kernel ran 2% (head_dim 128) to 5% (head_dim 64) slower at
+  // S = 1024 than the parent, although the branch is never taken there (H200).
+  __device__ void kv_step(TileRegisters<Cfg>& t, const TileWork& work, int kv_block, bool mask_keys) {
+    const uint32_t position = first + kv_block;
+    const int slot = slot_of(position), prev = slot_of(position - 1);
+    pack_p<Cfg>(t.p_frag, t.s_acc);  // block j - 1's P leaves S's registers
+    pin_registers(t.o_acc);          // the rescale and the packing happen before the fence
+    pin_registers(t.p_frag);
+    mbarrier_wait(smem_u32(&smem.k_full[slot]), use_of(position) % 2);
+    mbarrier_wait(smem_u32(&smem.v_full[prev]), use_of(position - 1) % 2);
+    wgmma_fence();
+    wait_turn();
+    issue_scores<Cfg>(t.s_acc, q_rows_address, smem_u32(smem.k(slot)));  // S_j = Q K_j^T
+    issue_pv<Cfg>(t.o_acc, t.p_frag, smem_u32(smem.v(prev)));            // O += P_{j-1} V_{j-1}
+    pass_turn();
+
+    wgmma_wait_group<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
+    pin_registers(t.s_acc);
+    release(&smem.k_empty[slot]);
+    if (mask_keys) mask(t, work);
+    online_softmax_scores<Cfg>(t.s_acc, t.state, scale_log2, t.correction);
+
+    softmax_before_wait(fence_address, t.state);
+    wgmma_wait_group<0>();    // P_{j-1} V_{j-1} is done
+    pin_registers(t.o_acc);   // nothing reads O before the wait
+    pin_registers(t.p_frag);  // P's registers stay untouched until the wgmmas that read them are done
+    release(&smem.v_empty[prev]);
+    rescale_o<Cfg>(t.o_acc, t.correction);
+  }
+
+  // The last block's P V, alone.
+  __device__ void last_block(TileRegisters<Cfg>& t, const TileWork& work) {
+    const uint32_t last = first + work.kv_blocks - 1;
+    pack_p<Cfg>(t.p_frag, t.s_acc);
+    pin_registers(t.o_acc);
+    pin_registers(t.p_frag);
+    mbarrier_wait(smem_u32(&smem.v_full[slot_of(last)]), use_of(last) % 2);
+    wgmma_fence();
+    wait_turn();
+    issue_pv<Cfg>(t.o_acc, t.p_frag, smem_u32(smem.v(slot_of(last))));
+    pass_turn();
+    wgmma_wait_group<0>();
+    pin_registers(t.o_acc);
+    pin_registers(t.p_frag);
+    release(&smem.v_empty[slot_of(last)]);
+  }
+
+  // Where the tile's rows of O go.
+  struct TileOutput {
+    T* o_gmem;
+    int q_rows;  // rows that exist
+  };
+  __device__ TileOutput output_of(const TileCoordinates& at) const {
+    T* o_gmem = static_cast<T*>(p.o.data) + at.batch * p.o.batch_stride + at.head * p.o.head_stride +
+                static_cast<int64_t>(at.q_block) * kBlockQ * p.o.seq_stride;
+    const int64_t q_rows_left = p.seq_q - static_cast<int64_t>(at.q_block) * kBlockQ;
+    const int q_rows = q_rows_left < kBlockQ ? static_cast<int>(q_rows_left) : kBlockQ;
+    return {o_gmem, q_rows};
+  }
+
+  // The epilogue: O normalized and written.
+  __device__ void epilogue(TileRegisters<Cfg>& t, const TileOutput& out) {
+    normalize_and_write_o<Cfg>(t.o_acc, t.state, smem.o, out.o_gmem, p.o.seq_stride, out.q_rows, consumer_warpgroup,
+                               thread_in_warpgroup);
+  }
+
+  // One tile: the first block, the K/V steps, the last P V, the epilogue.
+  __device__ void tile(const TileCoordinates& at) {
+    const TileWork work = tile_work(p);
+    const TileOutput out = output_of(at);
+    TileRegisters<Cfg> t;
+#pragma unroll
+    for (int d = 0; d < Cfg::kDimTiles; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) t.o_acc[d][e] = 0.0f;
+    init_row_state(t.state);
+    first_block(t, work);
+    for (int kv_block = 1; kv_block < work.kv_blocks - 1; ++kv_block) kv_step(t, work, kv_block, false);
+    if (work.kv_blocks > 1) kv_step(t, work, work.kv_blocks - 1, work.last_block_keys < kBlockKV);
+    release(smem.q_empty);  // every S of the tile is done: the next tile's Q may land
+    last_block(t, work);
+    epilogue(t, out);
+    ++local_tile;
+    first += work.kv_blocks;
+  }
+
+  __device__ void loop(const TileScheduler& tiles) {
+    if (consumer_warpgroup == 1) pass_turn();  // warpgroup 0 goes first
+    for (int64_t tile_index = tiles.first(); tile_index < tiles.num_tiles; tile_index = tiles.next(tile_index))
+      tile(tiles.at(tile_index, p));
+    if (consumer_warpgroup == 0) wait_turn();  // warpgroup 1's last hand-over: both barriers as they started
+  }
+};
+
+// ================================ kernel ================================
+// The roles: the producer warpgroup's loop and the consumer warpgroups' tiles, each over the tiles
+// the scheduler gives this block.
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionParams p,
                                                              const __grid_constant__ TensorMaps maps) {
   using Cfg = Config<T, kHeadDim>;
-
-  const int64_t num_q_blocks = (p.seq_q + kBlockQ - 1) / kBlockQ;  // the last may be partial
-  const int64_t num_tiles = num_q_blocks * p.heads * p.batch;
+  const TileScheduler tiles = TileScheduler::of(p);
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   SharedTiles<Cfg> smem(smem_raw);
-
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
-  // < 2^31 blocks: K alone would need 2^44 bytes otherwise.
-  const int num_kv_blocks = static_cast<int>((p.seq_kv + kBlockKV - 1) / kBlockKV);
-  // Every K/V block holds kBlockKV keys but the last, which holds 1 .. kBlockKV.
-  const int last_block_keys = static_cast<int>(p.seq_kv - static_cast<int64_t>(num_kv_blocks - 1) * kBlockKV);
-  // Where a K/V block sits in the ring: its position counts on through all of this block's tiles.
-  const auto slot_of = [](uint32_t position) { return static_cast<int>(position % kStages); };
-  const auto use_of = [](uint32_t position) { return position / kStages; };  // earlier fills of the slot
 
   // Barriers: a full barrier completes when its one arrival (the producer's expect_tx) and all the
   // bytes have come; an empty barrier when every consumer warp has arrived.
@@ -384,135 +597,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
   }
   __syncthreads();  // the barriers exist before anyone waits on them
 
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
-    // ---- producer ----
     setmaxnreg_dec<kProducerRegisters>();
-    if (threadIdx.x == 0) {
-      uint32_t position = 0;
-      int local_tile = 0;  // tiles this block has done
-      for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++local_tile) {
-        const TileCoordinates at = tile_coordinates(tile, num_q_blocks, p.heads);
-        for (int kv_block = 0; kv_block < num_kv_blocks; ++kv_block, ++position) {
-          const int slot = slot_of(position);
-          const uint32_t use = use_of(position);
-          // From the second use on, wait until the consumers released the previous one: its phase
-          // (use - 1) completed, parity (use - 1) % 2. K is released an iteration before V.
-          if (use > 0) mbarrier_wait(smem_u32(&smem.k_empty[slot]), (use - 1) % 2);
-          load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], kv_block * kBlockKV, at.head, at.batch);
-          if (kv_block == 0) {  // the tile's Q, once the previous tile's last S has read the old one
-            if (local_tile > 0) mbarrier_wait(smem_u32(smem.q_empty), (local_tile - 1) % 2);
-            load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, at.q_block * kBlockQ, at.head, at.batch);
-          }
-          if (use > 0) mbarrier_wait(smem_u32(&smem.v_empty[slot]), (use - 1) % 2);
-          load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], kv_block * kBlockKV, at.head, at.batch);
-        }
-      }
-    }
+    if (threadIdx.x == 0) producer_loop<Cfg>(p, maps, smem, tiles);
   } else {
-    // ---- consumers ----
     setmaxnreg_inc<kConsumerRegisters>();
-    const int consumer_warpgroup = warpgroup - 1;  // 0 or 1
-    const int thread_in_warpgroup = threadIdx.x % kWarpgroupThreads;
-    const int warpgroup_row0 = consumer_warpgroup * kWgmmaM;
-    // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
-    const uint32_t q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
-    const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
-    const uint32_t fence_address = smem_u32(smem.softmax_fence + threadIdx.x - kWarpgroupThreads);
-
-    // A warp releases Q, or a slot's K or V, once its warpgroup's wgmmas have read it (after their wait).
-    const auto release = [&](uint64_t* empty_barrier) {
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(empty_barrier));
-    };
-
-    // Turns on the tensor cores: wait for this warpgroup's, issue one step's GEMMs, hand the turn over.
-    const auto wait_turn = [&] { named_barrier_sync<kConsumerThreads>(kTurnBarrier + consumer_warpgroup); };
-    const auto pass_turn = [&] { named_barrier_arrive<kConsumerThreads>(kTurnBarrier + 1 - consumer_warpgroup); };
-    if (consumer_warpgroup == 1) pass_turn();  // warpgroup 0 goes first
-
-    uint32_t first = 0;  // ring position of the tile's first K/V block
-    int local_tile = 0;
-    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++local_tile, first += num_kv_blocks) {
-      const TileCoordinates at = tile_coordinates(tile, num_q_blocks, p.heads);
-      T* o_gmem = static_cast<T*>(p.o.data) + at.batch * p.o.batch_stride + at.head * p.o.head_stride +
-                  static_cast<int64_t>(at.q_block) * kBlockQ * p.o.seq_stride;
-      const int64_t q_rows_left = p.seq_q - static_cast<int64_t>(at.q_block) * kBlockQ;
-      const int q_rows = q_rows_left < kBlockQ ? static_cast<int>(q_rows_left) : kBlockQ;  // rows that exist
-      float o_acc[Cfg::kDimTiles][4] = {};
-      RowState state;
-      init_row_state(state);
-
-      // Block 0's scores, alone: there is no P V to overlap them with yet.
-      float s_acc[Cfg::kKeyTiles][4];  // not cleared: the first wgmma of issue_scores overwrites it
-      float correction[kRowsPerThread];
-      mbarrier_wait(smem_u32(smem.q_full), local_tile % 2);
-      mbarrier_wait(smem_u32(&smem.k_full[slot_of(first)]), use_of(first) % 2);
-      wgmma_fence();
-      wait_turn();
-      issue_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot_of(first))));
-      pass_turn();
-      wgmma_wait_group<0>();
-      pin_registers(s_acc);  // nothing reads S before the wait
-      release(&smem.k_empty[slot_of(first)]);
-      if (num_kv_blocks == 1 && last_block_keys < kBlockKV)  // block 0 is also the last
-        mask_missing_keys<Cfg>(s_acc, last_block_keys, thread_in_warpgroup);
-      online_softmax_scores<Cfg>(s_acc, state, scale_log2, correction);  // O is zero: no rescale
-
-      // One step: S_j with P_{j-1} V_{j-1}, then block j's softmax. The last block's step, the one
-      // that may need the key mask, is a copy of its own after the loop: with the mask's branch
-      // inside the loop body, this kernel ran 2% (head_dim 128) to 5% (head_dim 64) slower at
-      // S = 1024 than the parent, although the branch is never taken there (H200).
-      uint32_t p_frag[Cfg::kKeySteps][4];
-      const auto step = [&](int kv_block, bool mask_keys) {
-        const uint32_t position = first + kv_block;
-        const int slot = slot_of(position), prev = slot_of(position - 1);
-        pack_p<Cfg>(p_frag, s_acc);  // block j - 1's P leaves S's registers
-        pin_registers(o_acc);        // the rescale and the packing happen before the fence
-        pin_registers(p_frag);
-        mbarrier_wait(smem_u32(&smem.k_full[slot]), use_of(position) % 2);
-        mbarrier_wait(smem_u32(&smem.v_full[prev]), use_of(position - 1) % 2);
-        wgmma_fence();
-        wait_turn();
-        issue_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot)));  // S_j = Q K_j^T
-        issue_pv<Cfg>(o_acc, p_frag, smem_u32(smem.v(prev)));              // O += P_{j-1} V_{j-1}
-        pass_turn();
-
-        wgmma_wait_group<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
-        pin_registers(s_acc);
-        release(&smem.k_empty[slot]);
-        if (mask_keys) mask_missing_keys<Cfg>(s_acc, last_block_keys, thread_in_warpgroup);
-        online_softmax_scores<Cfg>(s_acc, state, scale_log2, correction);
-
-        softmax_before_wait(fence_address, state);
-        wgmma_wait_group<0>();  // P_{j-1} V_{j-1} is done
-        pin_registers(o_acc);   // nothing reads O before the wait
-        pin_registers(p_frag);  // P's registers stay untouched until the wgmmas that read them are done
-        release(&smem.v_empty[prev]);
-        rescale_o<Cfg>(o_acc, correction);
-      };
-      for (int kv_block = 1; kv_block < num_kv_blocks - 1; ++kv_block) step(kv_block, false);
-      if (num_kv_blocks > 1) step(num_kv_blocks - 1, last_block_keys < kBlockKV);
-      release(smem.q_empty);  // every S of the tile is done: the next tile's Q may land
-
-      // The last block's P V, alone.
-      const uint32_t last = first + num_kv_blocks - 1;
-      pack_p<Cfg>(p_frag, s_acc);
-      pin_registers(o_acc);
-      pin_registers(p_frag);
-      mbarrier_wait(smem_u32(&smem.v_full[slot_of(last)]), use_of(last) % 2);
-      wgmma_fence();
-      wait_turn();
-      issue_pv<Cfg>(o_acc, p_frag, smem_u32(smem.v(slot_of(last))));
-      pass_turn();
-      wgmma_wait_group<0>();
-      pin_registers(o_acc);
-      pin_registers(p_frag);
-      release(&smem.v_empty[slot_of(last)]);
-
-      normalize_and_write_o<Cfg>(o_acc, state, smem.o, o_gmem, p.o.seq_stride, q_rows, consumer_warpgroup,
-                                 thread_in_warpgroup);
-    }
-    if (consumer_warpgroup == 0) wait_turn();  // warpgroup 1's last hand-over: both barriers as they started
+    Consumer<Cfg>(p, smem, warpgroup).loop(tiles);
   }
 }
 

@@ -360,10 +360,11 @@ __device__ __forceinline__ void normalize_and_write_o(float (&o_acc)[Cfg::kDimTi
 }
 
 // ============================ the tile scheduler ============================
-// Which (batch, head, query block) tile number `tile` is: query blocks fastest, so that tiles with
-// neighbouring numbers share one head's K and V in L2. Under causal a head's query blocks come
-// longest and shortest alternately: n - 1, 0, n - 2, 1, ..., so that tiles 2u and 2u + 1 add up to
-// the same work (n + 1 K/V blocks at seq_q == seq_kv, one tile being as long as the query block).
+// Which tiles this block computes, in which order. Tile number `tile` is a (batch, head, query
+// block), query blocks fastest, so that tiles with neighbouring numbers share one head's K and V
+// in L2. Under causal a head's query blocks come longest and shortest alternately: n - 1, 0,
+// n - 2, 1, ..., so that tiles 2u and 2u + 1 add up to the same work (n + 1 K/V blocks at
+// seq_q == seq_kv, one tile being as long as the query block).
 struct TileCoordinates {
   int q_block, head, batch;
 };
@@ -377,8 +378,8 @@ __device__ __forceinline__ TileCoordinates tile_coordinates(int tile, int num_q_
   const int q_block = !causal ? k : k % 2 == 0 ? num_q_blocks - 1 - k / 2 : k / 2;
   return {q_block, batch_head % heads, batch_head / heads};
 }
-// Which tiles this block computes, in which order (the tile numbering and why: above). A
-// persistent block takes `per_turn` consecutive tiles at a time (2 under causal: one pair, 1
+
+// A persistent block takes `per_turn` consecutive tiles at a time (2 under causal: one pair, 1
 // without), turns round-robin: tiles per_turn * u .. per_turn * u + per_turn - 1 for
 // u = blockIdx.x, blockIdx.x + gridDim.x, ... The producer and the consumers each walk the same
 // sequence.
