@@ -1,7 +1,8 @@
 // What the general-attention GPU tests (tests/test_gpu_any_length.cpp, tests/test_gpu_causal.cpp,
 // tests/test_gpu_gqa.cpp, ...) share: the stages declaring a feature, the shapes, and the loop that
 // checks each of them on one problem in fp16/bf16 x head_dim 64/128 and in the contiguous and the
-// mixed layout. Include it after gpu_stages.h, in one source file of a test program.
+// mixed layout; with FA_TEST_SCHEDULES defined (tests/general.cmake), also the 192-row tile's case.
+// Include it after gpu_stages.h, in one source file of a test program.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_check.h"
 #include "common/harness.h"
 #include "common/registry.h"
 #include "gpu_stages.h"
@@ -95,4 +97,90 @@ inline void check_general_stages(const std::vector<const fa::StageInfo*>& stages
   }
 }
 
+// The SMs of the current device: what a persistent launcher sizes its grid by.
+inline int device_sm_count() {
+  int device = 0, sm_count = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  return sm_count;
+}
+
+// Persistent stages give a block several tiles only where the grid has more tiles than the GPU has
+// SMs (twice as many under causal: a turn is a pair). Batch 4 x 32 heads x 5 query tiles of 128
+// rows (seq_q 600) is 640 tiles: several per block on any GPU of up to 320 SMs (causal: 160).
+constexpr int64_t kManyTilesBatch = 4;
+constexpr int64_t kManyTilesSeq = 600;
+
 }  // namespace fa_test
+
+#if defined(FA_TEST_SCHEDULES)
+// ------------------------------------------------------------------------------------------------
+// The 192-row tile (three consumer warpgroups at head_dim 64, from hopper_09_three_warpgroups on).
+// From hopper_13_tile_choice on the launcher takes it where schedule.h's
+// three_warpgroups_faster(params, block_kv, sm_count) says so, and the 128-row tile elsewhere. The
+// programs that define FA_TEST_SCHEDULES (tests/general.cmake) link every stage's schedule.h through
+// the generated table of tests/schedules.h, the same file the launcher calls, so a case can assert
+// that the launcher takes the 192-row tile on its shape on this GPU: if a change of the rule (or a
+// GPU with other SM counts) made it take the 128-row tile, the case fails instead of silently
+// testing the other tile.
+// ------------------------------------------------------------------------------------------------
+#include "schedules.h"
+
+namespace fa_test {
+
+// The stage's tile choice at head_dim 64, or nullptr where its schedule.h has none (its tile at
+// head_dim 64 is fixed).
+inline schedules::TileChoiceFn tile_choice_of(const fa::StageInfo& stage) {
+  for (int s = 0; s < schedules::kStageScheduleCount; ++s) {
+    const schedules::StageSchedule& schedule = *schedules::kStageSchedules[s];
+    if (std::string(schedule.stage) == stage.name) return schedule.three_warpgroups_faster;
+  }
+  return nullptr;
+}
+
+// Every stage of `stages` on (seq_q, seq_kv) at head_dim 64 in fp16/bf16, in the contiguous and the
+// mixed layout, against the fp64 reference, as check_general_stages does; for each stage that
+// chooses its tile, REQUIREd first: the launcher takes the 192-row tile for this problem on this
+// GPU. `configure` sets the shape's batch, heads, ... (after general_shape).
+inline void check_192_row_tile(const std::vector<const fa::StageInfo*>& stages, const std::string& scenario,
+                               int64_t seq_q, int64_t seq_kv, bool causal, const EditInputs& edit,
+                               const CheckOutput& check_output, const Configure& configure) {
+  const int sm_count = device_sm_count();
+  int choosing = 0;
+  for (const fa::StageInfo* stage : stages) choosing += tile_choice_of(*stage) != nullptr ? 1 : 0;
+  if (choosing == 0) {
+    skip(scenario +
+         ": no stage under test chooses its tile at head_dim 64 (schedule.h: three_warpgroups_faster)");
+    return;
+  }
+  for (const fa::ProblemLayout& layout :
+       {fa::ProblemLayout(fa::LayoutKind::kContiguous), fa::ProblemLayout::mixed()}) {
+    for (fa::DType dtype : {fa::DType::kFloat16, fa::DType::kBFloat16}) {
+      fa::ProblemConfig config = general_shape(seq_q, seq_kv, layout, causal);
+      config.dtype = dtype;
+      config.head_dim = 64;
+      if (configure) configure(config);
+      fa::Problem problem(config);
+      if (edit) edit(problem);
+      for (const fa::StageInfo* stage : stages) {
+        if (!supports(*stage, dtype, 64)) continue;
+        INFO(scenario << " | stage " << stage->name << " | " << describe_general(config) << " | " << sm_count
+                      << " SMs");
+        if (const schedules::TileChoiceFn three_warpgroups_faster = tile_choice_of(*stage)) {
+          INFO(
+              "the launcher takes the 128-row tile on this shape: the case no longer covers the 192-row tile "
+              "(make the grid larger)");
+          REQUIRE(three_warpgroups_faster(problem.params(), stage->block_kv, sm_count));
+        }
+        const fa::RunResult run = fa::run_and_check(*stage, problem, general_check_options());
+        INFO("launch: " << (run.status.ok() ? std::string("ok") : run.status.message));
+        INFO("check: " << run.check.summary());
+        CHECK(run.passed());
+        if (run.status.ok() && check_output) check_output(run);
+      }
+    }
+  }
+}
+
+}  // namespace fa_test
+#endif  // FA_TEST_SCHEDULES

@@ -14,7 +14,9 @@
 //     clamped) overflows or misses them;
 //   * GQA (4 query heads, 2 key/value heads) with per-(batch, head) slopes: a slope read by the
 //     key/value head or with the wrong batch stride is another head's (or NaN);
-//   * the LSE includes the bias: it is checked against the reference's biased log-sum-exp.
+//   * the LSE includes the bias: it is checked against the reference's biased log-sum-exp;
+//   * a softmax scale of 0.5 or 0.05: a slope converted to raw-score units with 1/sqrt(head_dim)
+//     instead of the caller's scale is off by a factor of 4 or more.
 // Every stage that does not declare alibi must reject slopes and write nothing. Without a GPU this
 // program exits with 77 (skipped).
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
@@ -45,6 +47,7 @@ std::vector<const StageInfo*> alibi_stages() {
 struct AlibiCase {
   AlibiKind kind = AlibiKind::kPerHead;
   int64_t heads = 0, kv_heads = 0;  // 0: general_shape's
+  float softmax_scale = 0.0f;       // 0: the default, 1/sqrt(head_dim)
 };
 
 void check_alibi_stages(const std::string& scenario, int64_t seq_q, int64_t seq_kv, bool causal,
@@ -58,6 +61,7 @@ void check_alibi_stages(const std::string& scenario, int64_t seq_q, int64_t seq_
       [&](ProblemConfig& c) {
         c.alibi = alibi.kind;
         c.lse = true;
+        c.softmax_scale = alibi.softmax_scale;
         if (alibi.heads > 0) {
           c.heads = alibi.heads;
           c.kv_heads = alibi.kv_heads;
@@ -133,6 +137,22 @@ TEST_CASE("alibi: with grouped-query attention, the slope is the query head's", 
     check_alibi_stages(
         "4 query heads, 2 key/value heads, " + shape_name(200, 129, causal, AlibiKind::kPerBatchHead), 200,
         129, causal, {AlibiKind::kPerBatchHead, 4, 2});
+}
+
+// The slope is in units of the scaled score (the bias is added after softmax_scale): a kernel that
+// adds it to the raw scores must divide it by the caller's scale, and one that divides by
+// 1/sqrt(head_dim) instead is right only at the default scale, which every case above uses. The
+// reference adds -slope |distance| to softmax_scale q . k with the caller's scale
+// (common/reference.cpp). The LSE, checked too, includes the bias at that scale.
+TEST_CASE("alibi: the caller's softmax scale, 0.5 and 0.05, slopes per (batch, head), with the LSE",
+          "[gpu][alibi]") {
+  const std::pair<int64_t, int64_t> shapes[] = {{200, 129}, {129, 333}};
+  for (float scale : {0.5f, 0.05f})
+    for (bool causal : {false, true})
+      for (const auto& [seq_q, seq_kv] : shapes)
+        check_alibi_stages("softmax scale " + std::to_string(scale) + ", " +
+                               shape_name(seq_q, seq_kv, causal, AlibiKind::kPerBatchHead),
+                           seq_q, seq_kv, causal, {AlibiKind::kPerBatchHead, 0, 0, scale});
 }
 
 TEST_CASE("alibi: a stage that does not declare it rejects slopes and writes nothing", "[gpu][alibi]") {

@@ -12,6 +12,8 @@
 //   * rows past seq_q written: in the mixed layout O is head-major with gaps after every row and
 //     head, so row seq_q of a head lands in a poisoned gap; the checker fails a gap that lost its
 //     poison, and here every element outside the tensor's rows must still hold it.
+//   * a tile left out: batch x heads 1 and 3 with odd tile counts, so a persistent stage's last
+//     block takes a lone tile; its rows would keep the poison.
 // Without a GPU this program exits with 77 (skipped); without a stage that declares any_length
 // under test (FA_TEST_STAGES) its cases say so in a "SKIPPED:" line (tests/gpu_stages.h).
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
@@ -21,6 +23,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/harness.h"
@@ -48,15 +51,18 @@ std::vector<const StageInfo*> any_length_stages() {
 // Every any_length stage on (seq_q, seq_kv) in fp16/bf16 x head_dim 64/128, in the contiguous and the mixed
 // layout. CHECK, not REQUIRE, so one run lists every failing configuration.
 void check_any_length_stages(const std::string& scenario, int64_t seq_q, int64_t seq_kv,
-                             const fa_test::EditInputs& edit = nullptr) {
+                             const fa_test::EditInputs& edit = nullptr,
+                             const fa_test::Configure& configure = nullptr) {
   fa_test::check_general_stages(
-      any_length_stages(), scenario, seq_q, seq_kv, /*causal=*/false, edit, [&](const fa::RunResult& run) {
+      any_length_stages(), scenario, seq_q, seq_kv, /*causal=*/false, edit,
+      [&](const fa::RunResult& run) {
         // Nothing outside the tensor's rows was written: exactly its elements lost the poison
         // (0xFFFF, which no conversion to 16 bits produces).
         const int64_t written = static_cast<int64_t>(run.output.raw.size()) -
                                 std::count(run.output.raw.begin(), run.output.raw.end(), uint16_t{0xFFFF});
         CHECK(written == run.output.layout.logical_elems());
-      });
+      },
+      configure);
 }
 
 // q >= 0 and k = -2 |k| everywhere: every real score is negative (about -1.28 sqrt(D) at the
@@ -125,4 +131,21 @@ TEST_CASE("any length: the row maximum on the last key, seq_kv - 1", "[gpu][any_
   for (int64_t seq_kv : {1, 7, 63, 65, 127, 1000, 4097})
     check_any_length_stages("row max at key seq_kv - 1, seq_kv " + std::to_string(seq_kv), 65, seq_kv,
                             row_max_on_the_last_key);
+}
+
+// Batch x heads 1 and 3 (the shapes above have 2 or 6) with 1, 3, 5 or 8 query tiles of 128 rows a
+// head (seq_q 65, 300 and 333, 561, 1000): mostly odd tile counts, so that a persistent stage's last
+// block takes a lone tile, and a schedule that counts its tiles wrong leaves one out (its rows keep
+// the poison).
+TEST_CASE("any length: batch x heads 1 and 3, odd tile counts, seq_q < and > seq_kv", "[gpu][any_length]") {
+  const std::pair<int64_t, int64_t> pairs[] = {{65, 200}, {300, 429}, {333, 129}, {561, 1000}, {1000, 561}};
+  const std::pair<int64_t, int64_t> batch_heads[] = {{1, 1}, {1, 3}, {3, 1}};
+  for (const auto& [batch, heads] : batch_heads)
+    for (const auto& [seq_q, seq_kv] : pairs)
+      check_any_length_stages("batch " + std::to_string(batch) + ", heads " + std::to_string(heads) +
+                                  ", seq_q " + std::to_string(seq_q) + ", seq_kv " + std::to_string(seq_kv),
+                              seq_q, seq_kv, nullptr, [batch = batch, heads = heads](ProblemConfig& c) {
+                                c.batch = batch;
+                                c.heads = heads;
+                              });
 }

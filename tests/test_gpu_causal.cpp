@@ -12,6 +12,8 @@
 //   * a skipped block that should have been visited: the random cases check every row;
 //   * a persistent schedule that loses its place over many tiles (wrong tile pairs, a Q barrier
 //     parity off after a tile without keys): batch 4 x 69 heads, 828 query tiles.
+//   * a persistent schedule that drops the lone last tile of an odd tile count: batch x heads 1
+//     and 3 with 1, 3 or 5 query tiles per head.
 // Every stage that does not declare causal must reject it with an error that says so and write
 // nothing. Without a GPU this program exits with 77 (skipped); without a stage under test
 // (FA_TEST_STAGES) that declares causal, its cases say so in a "SKIPPED:" line (tests/gpu_stages.h).
@@ -132,6 +134,30 @@ TEST_CASE("causal: many tiles per block, odd tiles per head, tiles that see no k
     check_causal_stages("batch 4, 69 heads, seq_q " + std::to_string(seq_q) + ", seq_kv " +
                             std::to_string(seq_kv),
                         seq_q, seq_kv, nullptr, many_tiles);
+}
+
+// Batch x heads 1 and 3. Every shape above has an even batch x heads (2, 6 or 276), so every
+// persistent launch there has an even number of tiles and its pairs all come whole. Here most tile
+// counts are odd (seq_q 65, 300, 333, 561: 1, 3, 3, 5 query tiles of 128 rows), so the last turn of
+// a persistent schedule is a lone tile: a scheduler or launcher that counts whole pairs (tiles / 2)
+// leaves that tile out, and its rows keep the poison; seq_q < and > seq_kv both ways, and keys above
+// the diagonal that would take their rows if they leaked.
+TEST_CASE("causal: batch x heads 1 and 3, odd tile counts, seq_q < and > seq_kv", "[gpu][causal]") {
+  const std::pair<int64_t, int64_t> pairs[] = {{65, 200}, {300, 429}, {333, 129}, {561, 1000}, {1000, 561}};
+  const std::pair<int64_t, int64_t> batch_heads[] = {{1, 1}, {1, 3}, {3, 1}};
+  for (const auto& [batch, heads] : batch_heads) {
+    const fa_test::Configure shape = [batch = batch, heads = heads](ProblemConfig& config) {
+      config.batch = batch;
+      config.heads = heads;
+    };
+    const std::string name = "batch " + std::to_string(batch) + ", heads " + std::to_string(heads);
+    for (const auto& [seq_q, seq_kv] : pairs) {
+      const std::string lengths = ", seq_q " + std::to_string(seq_q) + ", seq_kv " + std::to_string(seq_kv);
+      check_causal_stages(name + lengths, seq_q, seq_kv, nullptr, shape);
+      check_causal_stages(name + ", scores rising past the diagonal" + lengths, seq_q, seq_kv,
+                          scores_rising_past_the_diagonal, shape);
+    }
+  }
 }
 
 TEST_CASE("causal: a stage that does not declare it rejects it and writes nothing", "[gpu][causal]") {
