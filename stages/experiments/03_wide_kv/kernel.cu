@@ -43,8 +43,10 @@ static_assert((kStages & (kStages - 1)) == 0, "a power of two: the ring position
 // Named barrier ids (0 is __syncthreads'): per consumer warpgroup c = 0 .. 2, its turn on the tensor
 // cores (kTurnBarrier + c: it and the warpgroup before it in the ring) and its epilogue
 // (kEpilogueBarrier + c, its own warps).
-constexpr int kTurnBarrier = 1;
-constexpr int kEpilogueBarrier = 4;
+enum NamedBarrier : int {
+  kTurnBarrier = 1,      // 1, 2, 3
+  kEpilogueBarrier = 4,  // 4, 5, 6
+};
 constexpr int kTurnThreads = 2 * kWarpgroupThreads;  // the one who waits and the one who passes
 // Within its warpgroup's 64 rows, warp w holds rows 16w .. 16w+15 of every accumulator, and a
 // thread two of them: row lane/4 (entries 0, 1 of each n8 block) and row lane/4 + 8 (entries 2, 3);
@@ -394,16 +396,29 @@ __device__ __forceinline__ void write_lse(const RowState& state, float* lse_gmem
   }
 }
 
-// =============================== schedule ===============================
-// The tile order (which tile number is which (batch, head, query block), and why): schedule.h.
-
-// A persistent block takes `per_turn` consecutive tiles at a time (2 under causal: one pair, 1
+// ============================ the tile scheduler ============================
+// Which tiles this block computes, in which order (the tile numbering and why: schedule.h). A
+// persistent block takes `per_turn` consecutive tiles at a time (2 under causal: one pair, 1
 // without), turns round-robin: tiles per_turn * u .. per_turn * u + per_turn - 1 for
-// u = blockIdx.x, blockIdx.x + gridDim.x, ...
-__device__ __forceinline__ int first_tile(int per_turn) { return static_cast<int>(blockIdx.x) * per_turn; }
-__device__ __forceinline__ int next_tile(int tile, int per_turn) {
-  return (tile + 1) % per_turn != 0 ? tile + 1 : tile + 1 + static_cast<int>(gridDim.x - 1) * per_turn;
-}
+// u = blockIdx.x, blockIdx.x + gridDim.x, ... The producer and the consumers each walk the same
+// sequence.
+struct TileScheduler {
+  int num_q_blocks;  // the last may be partial
+  int num_tiles;     // < 2^30: the launcher checks
+  int per_turn;      // tiles a block takes at a time
+  template <typename Cfg>
+  __device__ static TileScheduler of(const AttentionParams& p) {
+    const int num_q_blocks = static_cast<int>((p.seq_q + Cfg::kBlockQ - 1) / Cfg::kBlockQ);
+    return {num_q_blocks, num_q_blocks * static_cast<int>(p.heads * p.batch), p.causal ? 2 : 1};
+  }
+  __device__ int first() const { return static_cast<int>(blockIdx.x) * per_turn; }
+  __device__ int next(int tile) const {
+    return (tile + 1) % per_turn != 0 ? tile + 1 : tile + 1 + static_cast<int>(gridDim.x - 1) * per_turn;
+  }
+  __device__ TileCoordinates at(int tile, const AttentionParams& p) const {
+    return tile_coordinates(tile, num_q_blocks, static_cast<int>(p.heads), p.causal);
+  }
+};
 
 // The K/V blocks a tile visits: up to the last key its last row sees (all of them without causal).
 // The first unmasked_blocks of them are whole and below the diagonal for every row: the tile's first
@@ -423,32 +438,242 @@ __device__ __forceinline__ TileWork tile_work(const AttentionParams& p, int q_bl
           p.causal ? diagonal : p.seq_kv};
 }
 
-// ================================ kernel ================================
+// Where a K/V block sits in the ring: its position counts on through all of this block's tiles.
+__device__ __forceinline__ int slot_of(uint32_t position) { return static_cast<int>(position % kStages); }
+__device__ __forceinline__ uint32_t use_of(uint32_t position) { return position / kStages; }  // earlier fills
 
-// kGeneral: the call may have grouped heads (kv_heads < heads) or ask for the LSE; without it the
-// kernel assumes kv_heads == heads and no LSE, and has neither in its code (the launcher chooses).
+// ============================ the producer's loop ============================
+// Warpgroup 0, one thread: every tile's K and V blocks into the ring, and the tile's Q, each as soon
+// as the consumers have released the slot (or Q) it goes to.
+template <typename Cfg, bool kGeneral>
+__device__ __forceinline__ void producer_loop(const AttentionParams& p, const TensorMaps& maps,
+                                              const SharedTiles<Cfg>& smem, const TileScheduler& tiles) {
+  constexpr int kBlockQ = Cfg::kBlockQ;
+  constexpr int kBlockKV = Cfg::kBlockKV;
+  const int group = kGeneral ? static_cast<int>(p.heads / p.kv_heads) : 1;  // query heads per key/value head
+  uint32_t position = 0;
+  int q_loads = 0;  // tiles this block has loaded: those that see a key
+  for (int tile = tiles.first(); tile < tiles.num_tiles; tile = tiles.next(tile)) {
+    const TileCoordinates at = tiles.at(tile, p);
+    const TileWork work = tile_work<Cfg>(p, at.q_block);
+    const int kv_head = kGeneral ? at.head / group : at.head;  // the key/value head of this query head's group
+    for (int kv_block = 0; kv_block < work.kv_blocks; ++kv_block, ++position) {
+      const int slot = slot_of(position);
+      const uint32_t use = use_of(position);
+      // From the second use on, wait until the consumers released the previous one: its phase
+      // (use - 1) completed, parity (use - 1) % 2. K is released an iteration before V.
+      if (use > 0) mbarrier_wait(smem_u32(&smem.k_empty[slot]), (use - 1) % 2);
+      load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], kv_block * kBlockKV, kv_head, at.batch);
+      if (kv_block == 0) {  // the tile's Q, once the previous tile's last S has read the old one
+        if (q_loads > 0) mbarrier_wait(smem_u32(smem.q_empty), (q_loads - 1) % 2);
+        load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, at.q_block * kBlockQ, at.head, at.batch);
+        ++q_loads;
+      }
+      if (use > 0) mbarrier_wait(smem_u32(&smem.v_empty[slot]), (use - 1) % 2);
+      load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], kv_block * kBlockKV, kv_head, at.batch);
+    }
+  }
+}
+
+// ================== the consumer's tile and its K/V step ==================
+// A consumer warpgroup (1 .. kConsumerWarpgroups): its 64 rows of every tile. What it keeps for all
+// its tiles is here; a tile's accumulators and row state are the tile's (TileRegisters).
+template <typename Cfg>
+struct TileRegisters {
+  float o_acc[Cfg::kDimTiles][4];
+  float s_acc[Cfg::kKeyTiles][4];     // S of the block in flight, then its P
+  uint32_t p_frag[Cfg::kKeySteps][4];  // the previous block's P, packed for P V
+  float correction[kRowsPerThread];
+  RowState state;
+};
+
+template <typename Cfg, bool kGeneral>
+struct Consumer {
+  using T = typename Cfg::Elem;
+  static constexpr int kConsumers = Cfg::kConsumerWarpgroups;
+  static constexpr int kBlockKV = Cfg::kBlockKV;
+  const AttentionParams& p;
+  const SharedTiles<Cfg>& smem;
+  int consumer_warpgroup;  // 0 .. kConsumers - 1
+  int thread_in_warpgroup;
+  int warpgroup_row0;
+  // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
+  uint32_t q_rows_address;
+  float scale_log2;  // softmax_scale * log2(e)
+  uint32_t fence_address;
+  uint32_t first = 0;  // ring position of the tile's first K/V block
+  int q_loads = 0;     // the producer's count: tiles that see a key
+
+  __device__ Consumer(const AttentionParams& p_, const SharedTiles<Cfg>& smem_, int warpgroup)
+      : p(p_), smem(smem_), consumer_warpgroup(warpgroup - 1), thread_in_warpgroup(threadIdx.x % kWarpgroupThreads) {
+    warpgroup_row0 = consumer_warpgroup * kWgmmaM;
+    q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
+    scale_log2 = p.softmax_scale * 1.44269504088896340736f;
+    fence_address = smem_u32(smem.softmax_fence + threadIdx.x - kWarpgroupThreads);
+  }
+
+  // A warp releases Q, or a slot's K or V, once its warpgroup's wgmmas have read it (after their wait).
+  __device__ void release(uint64_t* empty_barrier) const {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(empty_barrier));
+  }
+  // Turns on the tensor cores: wait for this warpgroup's, issue one step's GEMMs, hand the turn over
+  // to the next warpgroup of the ring 0 -> 1 (-> 2) -> 0.
+  __device__ void wait_turn() const { named_barrier_sync<kTurnThreads>(kTurnBarrier + consumer_warpgroup); }
+  __device__ void pass_turn() const {
+    named_barrier_arrive<kTurnThreads>(kTurnBarrier + (consumer_warpgroup + 1) % kConsumers);
+  }
+
+  // The keys of K/V block b that exist: kBlockKV but in the last block of the sequence.
+  __device__ int keys_in_block(int block) const {
+    return static_cast<int>(min(p.seq_kv - static_cast<int64_t>(block) * kBlockKV, int64_t{kBlockKV}));
+  }
+  // Row i of the tile sees key j of K/V block b where j <= i + diagonal_of(b) (kBlockKV or more:
+  // every key of the block).
+  __device__ int diagonal_of(const TileWork& work, int kv_block) const {
+    return static_cast<int>(min(work.diagonal - static_cast<int64_t>(kv_block) * kBlockKV, int64_t{kBlockKV}));
+  }
+  __device__ void mask(TileRegisters<Cfg>& t, const TileWork& work, int kv_block) const {
+    mask_scores<Cfg>(t.s_acc, keys_in_block(kv_block), diagonal_of(work, kv_block), warpgroup_row0, thread_in_warpgroup);
+  }
+
+  // Block 0's scores, alone: there is no P V to overlap them with yet.
+  __device__ void first_block(TileRegisters<Cfg>& t, const TileWork& work) {
+    mbarrier_wait(smem_u32(smem.q_full), q_loads % 2);
+    mbarrier_wait(smem_u32(&smem.k_full[slot_of(first)]), use_of(first) % 2);
+    wgmma_fence();
+    wait_turn();
+    issue_scores<Cfg>(t.s_acc, q_rows_address, smem_u32(smem.k(slot_of(first))));
+    pass_turn();
+    wgmma_wait_group<0>();
+    pin_registers(t.s_acc);  // nothing reads S before the wait
+    release(&smem.k_empty[slot_of(first)]);
+    if (work.unmasked_blocks == 0) mask(t, work, 0);
+    online_softmax_scores<Cfg>(t.s_acc, t.state, scale_log2, t.correction);  // O is zero: no rescale
+  }
+
+  // One K/V step: S_j with P_{j-1} V_{j-1}, then block j's softmax. The blocks that need the mask
+  // take a copy of the step of their own (masked = true, after the loop), so that the loop has no
+  // mask's branch (with it, 2-5% slower although never taken; H200).
+  __device__ void kv_step(TileRegisters<Cfg>& t, const TileWork& work, int kv_block, bool masked) {
+    const uint32_t position = first + kv_block;
+    const int slot = slot_of(position), prev = slot_of(position - 1);
+    pack_p<Cfg>(t.p_frag, t.s_acc);  // block j - 1's P leaves S's registers
+    pin_registers(t.o_acc);          // the rescale and the packing happen before the fence
+    pin_registers(t.p_frag);
+    mbarrier_wait(smem_u32(&smem.k_full[slot]), use_of(position) % 2);
+    mbarrier_wait(smem_u32(&smem.v_full[prev]), use_of(position - 1) % 2);
+    wgmma_fence();
+    wait_turn();
+    issue_scores<Cfg>(t.s_acc, q_rows_address, smem_u32(smem.k(slot)));  // S_j = Q K_j^T
+    issue_pv<Cfg>(t.o_acc, t.p_frag, smem_u32(smem.v(prev)));            // O += P_{j-1} V_{j-1}
+    pass_turn();
+
+    wgmma_wait_group<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
+    pin_registers(t.s_acc);
+    release(&smem.k_empty[slot]);
+    if (masked) mask(t, work, kv_block);
+    const bool rescale = online_softmax_scores<Cfg>(t.s_acc, t.state, scale_log2, t.correction);
+
+    softmax_before_wait(fence_address, t.state);
+    wgmma_wait_group<0>();    // P_{j-1} V_{j-1} is done
+    pin_registers(t.o_acc);   // nothing reads O before the wait
+    pin_registers(t.p_frag);  // P's registers stay untouched until the wgmmas that read them are done
+    release(&smem.v_empty[prev]);
+    if (rescale) rescale_o<Cfg>(t.o_acc, t.correction);  // the whole warp, or none of it
+  }
+
+  // The last block's P V, alone.
+  __device__ void last_block(TileRegisters<Cfg>& t, const TileWork& work) {
+    const uint32_t last = first + work.kv_blocks - 1;
+    pack_p<Cfg>(t.p_frag, t.s_acc);
+    pin_registers(t.o_acc);
+    pin_registers(t.p_frag);
+    mbarrier_wait(smem_u32(&smem.v_full[slot_of(last)]), use_of(last) % 2);
+    wgmma_fence();
+    wait_turn();
+    issue_pv<Cfg>(t.o_acc, t.p_frag, smem_u32(smem.v(slot_of(last))));
+    pass_turn();
+    wgmma_wait_group<0>();
+    pin_registers(t.o_acc);
+    pin_registers(t.p_frag);
+    release(&smem.v_empty[slot_of(last)]);
+  }
+
+  // Where the tile's rows of O (and the LSE) go.
+  struct TileOutput {
+    T* o_gmem;
+    int q_rows;  // rows that exist
+    float* lse_gmem;
+  };
+  __device__ TileOutput output_of(const TileCoordinates& at) const {
+    T* o_gmem = static_cast<T*>(p.o.data) + at.batch * p.o.batch_stride + at.head * p.o.head_stride +
+                static_cast<int64_t>(at.q_block) * Cfg::kBlockQ * p.o.seq_stride;
+    const int64_t q_rows_left = p.seq_q - static_cast<int64_t>(at.q_block) * Cfg::kBlockQ;
+    const int q_rows = q_rows_left < Cfg::kBlockQ ? static_cast<int>(q_rows_left) : Cfg::kBlockQ;
+    // The tile's rows of the LSE output, [batch, heads, seq_q] with the sequence contiguous (if asked for).
+    float* lse_gmem = !kGeneral || p.lse.data == nullptr ? nullptr
+                                                         : p.lse.data + at.batch * p.lse.batch_stride + at.head * p.lse.head_stride +
+                                                               static_cast<int64_t>(at.q_block) * Cfg::kBlockQ;
+    return {o_gmem, q_rows, lse_gmem};
+  }
+
+  // The epilogue: O normalized and written, and the LSE (if asked for).
+  __device__ void epilogue(TileRegisters<Cfg>& t, const TileOutput& out) {
+    normalize_and_write_o<Cfg>(t.o_acc, t.state, smem.o, out.o_gmem, p.o.seq_stride, out.q_rows, consumer_warpgroup,
+                               thread_in_warpgroup);
+    if (out.lse_gmem != nullptr)
+      write_lse(t.state, out.lse_gmem, p.softmax_scale, out.q_rows, warpgroup_row0, thread_in_warpgroup);
+  }
+
+  // One tile: the first block, the K/V steps (unmasked, then masked), the last P V, the epilogue.
+  __device__ void tile(TileRegisters<Cfg>& t, const TileCoordinates& at) {
+    const TileWork work = tile_work<Cfg>(p, at.q_block);
+    const TileOutput out = output_of(at);
+#pragma unroll
+    for (int d = 0; d < Cfg::kDimTiles; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) t.o_acc[d][e] = 0.0f;
+    init_row_state(t.state);
+    if (work.kv_blocks == 0) {  // no row sees a key: nothing was loaded, and O is zeros
+      epilogue(t, out);
+      return;
+    }
+    first_block(t, work);
+    int kv_block = 1;
+    for (; kv_block < work.unmasked_blocks; ++kv_block) kv_step(t, work, kv_block, false);
+    for (; kv_block < work.kv_blocks; ++kv_block) kv_step(t, work, kv_block, true);
+    release(smem.q_empty);  // every S of the tile is done: the next tile's Q may land
+    ++q_loads;
+    last_block(t, work);
+    epilogue(t, out);
+    first += work.kv_blocks;
+  }
+
+  __device__ void loop(const TileScheduler& tiles) {
+    if (consumer_warpgroup == kConsumers - 1) pass_turn();  // warpgroup 0 goes first
+    // The tile registers: one set for all the tiles, which each set them up afresh. Declared per tile,
+    // the first S of a tile would be new registers to ptxas, and some kernels spill more.
+    TileRegisters<Cfg> t;
+    for (int tile_index = tiles.first(); tile_index < tiles.num_tiles; tile_index = tiles.next(tile_index))
+      tile(t, tiles.at(tile_index, p));
+    if (consumer_warpgroup == 0) wait_turn();  // the last warpgroup's last hand-over: the barriers as they started
+  }
+};
+
+// ================================ kernel ================================
+// The roles: the producer warpgroup's loop and the consumer warpgroups' tiles, each over the tiles
+// the scheduler gives this block. kGeneral: the call may have grouped heads (kv_heads < heads) or
+// ask for the LSE; without it the kernel assumes kv_heads == heads and no LSE, and has neither in
+// its code (the launcher chooses).
 template <typename T, int kHeadDim, bool kThreeWarpgroups, bool kGeneral, bool kWideKV>
 __global__ void __launch_bounds__(Config<T, kHeadDim, kThreeWarpgroups, kWideKV>::kThreads, 1) attention_kernel(const AttentionParams p,
                                                              const __grid_constant__ TensorMaps maps) {
   using Cfg = Config<T, kHeadDim, kThreeWarpgroups, kWideKV>;
-
-  constexpr int kBlockQ = Cfg::kBlockQ;
-  constexpr int kBlockKV = Cfg::kBlockKV;
-  const int num_q_blocks = static_cast<int>((p.seq_q + kBlockQ - 1) / kBlockQ);  // the last may be partial
-  const int num_tiles = num_q_blocks * static_cast<int>(p.heads * p.batch);   // < 2^30: the launcher checks
-  const int per_turn = p.causal ? 2 : 1;  // tiles a block takes at a time (schedule above)
+  const TileScheduler tiles = TileScheduler::of<Cfg>(p);
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   SharedTiles<Cfg> smem(smem_raw);
-
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
-  // The keys of K/V block b that exist: kBlockKV but in the last block of the sequence.
-  const auto keys_in_block = [&](int block) {
-    return static_cast<int>(min(p.seq_kv - static_cast<int64_t>(block) * kBlockKV, int64_t{kBlockKV}));
-  };
-  // Where a K/V block sits in the ring: its position counts on through all of this block's tiles.
-  const auto slot_of = [](uint32_t position) { return static_cast<int>(position % kStages); };
-  const auto use_of = [](uint32_t position) { return position / kStages; };  // earlier fills of the slot
 
   // Barriers: a full barrier completes when its one arrival (the producer's expect_tx) and all the
   // bytes have come; an empty barrier when every consumer warp has arrived.
@@ -469,164 +694,13 @@ __global__ void __launch_bounds__(Config<T, kHeadDim, kThreeWarpgroups, kWideKV>
   }
   __syncthreads();  // the barriers exist before anyone waits on them
 
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
-    // ---- producer ----
     setmaxnreg_dec<Cfg::kProducerRegisters>();
-    if (threadIdx.x == 0) {
-      const int group = kGeneral ? static_cast<int>(p.heads / p.kv_heads) : 1;  // query heads per key/value head
-      uint32_t position = 0;
-      int q_loads = 0;  // tiles this block has loaded: those that see a key
-      for (int tile = first_tile(per_turn); tile < num_tiles; tile = next_tile(tile, per_turn)) {
-        const TileCoordinates at = tile_coordinates(tile, num_q_blocks, static_cast<int>(p.heads), p.causal);
-        const TileWork work = tile_work<Cfg>(p, at.q_block);
-        const int kv_head = kGeneral ? at.head / group : at.head;  // the key/value head of this query head's group
-        for (int kv_block = 0; kv_block < work.kv_blocks; ++kv_block, ++position) {
-          const int slot = slot_of(position);
-          const uint32_t use = use_of(position);
-          // From the second use on, wait until the consumers released the previous one: its phase
-          // (use - 1) completed, parity (use - 1) % 2. K is released an iteration before V.
-          if (use > 0) mbarrier_wait(smem_u32(&smem.k_empty[slot]), (use - 1) % 2);
-          load_tile<Cfg, kBlockKV>(smem.k(slot), &maps.k, &smem.k_full[slot], kv_block * kBlockKV, kv_head, at.batch);
-          if (kv_block == 0) {  // the tile's Q, once the previous tile's last S has read the old one
-            if (q_loads > 0) mbarrier_wait(smem_u32(smem.q_empty), (q_loads - 1) % 2);
-            load_tile<Cfg, kBlockQ>(smem.q, &maps.q, smem.q_full, at.q_block * kBlockQ, at.head, at.batch);
-            ++q_loads;
-          }
-          if (use > 0) mbarrier_wait(smem_u32(&smem.v_empty[slot]), (use - 1) % 2);
-          load_tile<Cfg, kBlockKV>(smem.v(slot), &maps.v, &smem.v_full[slot], kv_block * kBlockKV, kv_head, at.batch);
-        }
-      }
-    }
+    if (threadIdx.x == 0) producer_loop<Cfg, kGeneral>(p, maps, smem, tiles);
   } else {
-    // ---- consumers ----
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    constexpr int kConsumers = Cfg::kConsumerWarpgroups;
-    const int consumer_warpgroup = warpgroup - 1;  // 0 .. kConsumers - 1
-    const int thread_in_warpgroup = threadIdx.x % kWarpgroupThreads;
-    const int warpgroup_row0 = consumer_warpgroup * kWgmmaM;
-    // The warpgroup's 64 rows of Q start 64 rows into each panel (operand_offset's row stride is 128 B).
-    const uint32_t q_rows_address = smem_u32(smem.q) + warpgroup_row0 * kSwizzle128RowBytes;
-    const float scale_log2 = p.softmax_scale * 1.44269504088896340736f;  // softmax_scale * log2(e)
-    const uint32_t fence_address = smem_u32(smem.softmax_fence + threadIdx.x - kWarpgroupThreads);
-
-    // A warp releases Q, or a slot's K or V, once its warpgroup's wgmmas have read it (after their wait).
-    const auto release = [&](uint64_t* empty_barrier) {
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) mbarrier_arrive(smem_u32(empty_barrier));
-    };
-
-    // Turns on the tensor cores: wait for this warpgroup's, issue one step's GEMMs, hand the turn over
-    // to the next warpgroup of the ring 0 -> 1 (-> 2) -> 0.
-    const auto wait_turn = [&] { named_barrier_sync<kTurnThreads>(kTurnBarrier + consumer_warpgroup); };
-    const auto pass_turn = [&] {
-      named_barrier_arrive<kTurnThreads>(kTurnBarrier + (consumer_warpgroup + 1) % kConsumers);
-    };
-    if (consumer_warpgroup == kConsumers - 1) pass_turn();  // warpgroup 0 goes first
-
-    uint32_t first = 0;  // ring position of the tile's first K/V block
-    int q_loads = 0;     // the producer's count: tiles that see a key
-    for (int tile = first_tile(per_turn); tile < num_tiles; tile = next_tile(tile, per_turn)) {
-      const TileCoordinates at = tile_coordinates(tile, num_q_blocks, static_cast<int>(p.heads), p.causal);
-      const TileWork work = tile_work<Cfg>(p, at.q_block);
-      T* o_gmem = static_cast<T*>(p.o.data) + at.batch * p.o.batch_stride + at.head * p.o.head_stride +
-                  static_cast<int64_t>(at.q_block) * kBlockQ * p.o.seq_stride;
-      const int64_t q_rows_left = p.seq_q - static_cast<int64_t>(at.q_block) * kBlockQ;
-      const int q_rows = q_rows_left < kBlockQ ? static_cast<int>(q_rows_left) : kBlockQ;  // rows that exist
-      // The tile's rows of the LSE output, [batch, heads, seq_q] with the sequence contiguous (if asked for).
-      float* lse_gmem = !kGeneral || p.lse.data == nullptr ? nullptr
-                                                           : p.lse.data + at.batch * p.lse.batch_stride + at.head * p.lse.head_stride +
-                                                                 static_cast<int64_t>(at.q_block) * kBlockQ;
-      float o_acc[Cfg::kDimTiles][4] = {};
-      RowState state;
-      init_row_state(state);
-      if (work.kv_blocks == 0) {  // no row sees a key: nothing was loaded, and O is zeros
-        normalize_and_write_o<Cfg>(o_acc, state, smem.o, o_gmem, p.o.seq_stride, q_rows, consumer_warpgroup,
-                                   thread_in_warpgroup);
-        if (lse_gmem != nullptr)
-          write_lse(state, lse_gmem, p.softmax_scale, q_rows, warpgroup_row0, thread_in_warpgroup);
-        continue;
-      }
-      // Row i of the tile sees key j of K/V block b where j <= i + diagonal_of(b) (kBlockKV or more:
-      // every key of the block).
-      const auto diagonal_of = [&](int kv_block) {
-        return static_cast<int>(min(work.diagonal - static_cast<int64_t>(kv_block) * kBlockKV, int64_t{kBlockKV}));
-      };
-
-      // Block 0's scores, alone: there is no P V to overlap them with yet.
-      float s_acc[Cfg::kKeyTiles][4];  // not cleared: the first wgmma of issue_scores overwrites it
-      float correction[kRowsPerThread];
-      mbarrier_wait(smem_u32(smem.q_full), q_loads % 2);
-      mbarrier_wait(smem_u32(&smem.k_full[slot_of(first)]), use_of(first) % 2);
-      wgmma_fence();
-      wait_turn();
-      issue_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot_of(first))));
-      pass_turn();
-      wgmma_wait_group<0>();
-      pin_registers(s_acc);  // nothing reads S before the wait
-      release(&smem.k_empty[slot_of(first)]);
-      if (work.unmasked_blocks == 0)
-        mask_scores<Cfg>(s_acc, keys_in_block(0), diagonal_of(0), warpgroup_row0, thread_in_warpgroup);
-      online_softmax_scores<Cfg>(s_acc, state, scale_log2, correction);  // O is zero: no rescale
-
-      // One step: S_j with P_{j-1} V_{j-1}, then block j's softmax. The blocks that need the mask
-      // take a copy of the step of their own after the loop, so that the loop has no mask's branch
-      // (with it, 2-5% slower although never taken; H200).
-      uint32_t p_frag[Cfg::kKeySteps][4];
-      const auto step = [&](int kv_block, bool masked) {
-        const uint32_t position = first + kv_block;
-        const int slot = slot_of(position), prev = slot_of(position - 1);
-        pack_p<Cfg>(p_frag, s_acc);  // block j - 1's P leaves S's registers
-        pin_registers(o_acc);        // the rescale and the packing happen before the fence
-        pin_registers(p_frag);
-        mbarrier_wait(smem_u32(&smem.k_full[slot]), use_of(position) % 2);
-        mbarrier_wait(smem_u32(&smem.v_full[prev]), use_of(position - 1) % 2);
-        wgmma_fence();
-        wait_turn();
-        issue_scores<Cfg>(s_acc, q_rows_address, smem_u32(smem.k(slot)));  // S_j = Q K_j^T
-        issue_pv<Cfg>(o_acc, p_frag, smem_u32(smem.v(prev)));              // O += P_{j-1} V_{j-1}
-        pass_turn();
-
-        wgmma_wait_group<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
-        pin_registers(s_acc);
-        release(&smem.k_empty[slot]);
-        if (masked)
-          mask_scores<Cfg>(s_acc, keys_in_block(kv_block), diagonal_of(kv_block), warpgroup_row0, thread_in_warpgroup);
-        const bool rescale = online_softmax_scores<Cfg>(s_acc, state, scale_log2, correction);
-
-        softmax_before_wait(fence_address, state);
-        wgmma_wait_group<0>();  // P_{j-1} V_{j-1} is done
-        pin_registers(o_acc);   // nothing reads O before the wait
-        pin_registers(p_frag);  // P's registers stay untouched until the wgmmas that read them are done
-        release(&smem.v_empty[prev]);
-        if (rescale) rescale_o<Cfg>(o_acc, correction);  // the whole warp, or none of it
-      };
-      int kv_block = 1;
-      for (; kv_block < work.unmasked_blocks; ++kv_block) step(kv_block, false);
-      for (; kv_block < work.kv_blocks; ++kv_block) step(kv_block, true);
-      release(smem.q_empty);  // every S of the tile is done: the next tile's Q may land
-      ++q_loads;
-
-      // The last block's P V, alone.
-      const uint32_t last = first + work.kv_blocks - 1;
-      pack_p<Cfg>(p_frag, s_acc);
-      pin_registers(o_acc);
-      pin_registers(p_frag);
-      mbarrier_wait(smem_u32(&smem.v_full[slot_of(last)]), use_of(last) % 2);
-      wgmma_fence();
-      wait_turn();
-      issue_pv<Cfg>(o_acc, p_frag, smem_u32(smem.v(slot_of(last))));
-      pass_turn();
-      wgmma_wait_group<0>();
-      pin_registers(o_acc);
-      pin_registers(p_frag);
-      release(&smem.v_empty[slot_of(last)]);
-
-      normalize_and_write_o<Cfg>(o_acc, state, smem.o, o_gmem, p.o.seq_stride, q_rows, consumer_warpgroup,
-                                 thread_in_warpgroup);
-      if (lse_gmem != nullptr) write_lse(state, lse_gmem, p.softmax_scale, q_rows, warpgroup_row0, thread_in_warpgroup);
-      first += work.kv_blocks;
-    }
-    if (consumer_warpgroup == 0) wait_turn();  // the last warpgroup's last hand-over: the barriers as they started
+    Consumer<Cfg, kGeneral>(p, smem, warpgroup).loop(tiles);
   }
 }
 

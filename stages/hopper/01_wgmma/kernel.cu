@@ -376,7 +376,7 @@ struct Consumer {
   }
 
   // One tile: Q and the first K, the K/V steps, the epilogue.
-  __device__ void tile(const TileCoordinates& at) {
+  __device__ void tile(TileRegisters<Cfg>& t, const TileCoordinates& at) {
     const TileWork work = tile_work(p);
     const TileOutput out = output_of(at);
     const T* q_gmem = static_cast<const T*>(p.q.data) + at.batch * p.q.batch_stride + at.head * p.q.head_stride +
@@ -390,7 +390,6 @@ struct Consumer {
     cp_async_wait<0>();
     fence_proxy_async_shared();  // cp.async wrote Q and K through the generic proxy; wgmma reads them through the async one
     __syncthreads();
-    TileRegisters<Cfg> t;
 #pragma unroll
     for (int d = 0; d < Cfg::kDimTiles; ++d)
 #pragma unroll
@@ -400,7 +399,12 @@ struct Consumer {
     epilogue(t, out);
   }
 
-  __device__ void loop(const TileScheduler& tiles) { tile(tiles.block_tile); }
+  __device__ void loop(const TileScheduler& tiles) {
+    // The tile registers: one set for all the tiles, which each set them up afresh. Declared per tile,
+    // the first S of a tile would be new registers to ptxas, and some kernels spill more.
+    TileRegisters<Cfg> t;
+    tile(t, tiles.block_tile);
+  }
 };
 
 // ================================ kernel ================================

@@ -383,7 +383,7 @@ struct Consumer {
   }
 
   // One tile: the K/V steps, each followed by the loader's refill of its slot, the epilogue.
-  __device__ void tile(const TileCoordinates& at) {
+  __device__ void tile(TileRegisters<Cfg>& t, const TileCoordinates& at) {
     const TileWork work = tile_work(p);
     const TileOutput out = output_of(at);
     // Q stays in shared memory for the whole loop; the ring starts full.
@@ -394,7 +394,6 @@ struct Consumer {
         load_tile<Cfg, kBlockKV>(smem.v(s), &maps.v, &smem.v_full[s], s * kBlockKV, at.head, at.batch);
       }
     }
-    TileRegisters<Cfg> t;
 #pragma unroll
     for (int d = 0; d < Cfg::kDimTiles; ++d)
 #pragma unroll
@@ -416,7 +415,12 @@ struct Consumer {
     epilogue(t, out);
   }
 
-  __device__ void loop(const TileScheduler& tiles) { tile(tiles.block_tile); }
+  __device__ void loop(const TileScheduler& tiles) {
+    // The tile registers: one set for all the tiles, which each set them up afresh. Declared per tile,
+    // the first S of a tile would be new registers to ptxas, and some kernels spill more.
+    TileRegisters<Cfg> t;
+    tile(t, tiles.block_tile);
+  }
 };
 
 // ================================ kernel ================================

@@ -466,10 +466,9 @@ struct Consumer {
   }
 
   // One tile: the first block, the K/V steps, the last P V, the epilogue.
-  __device__ void tile(const TileCoordinates& at) {
+  __device__ void tile(TileRegisters<Cfg>& t, const TileCoordinates& at) {
     const TileWork work = tile_work(p);
     const TileOutput out = output_of(at);
-    TileRegisters<Cfg> t;
 #pragma unroll
     for (int d = 0; d < Cfg::kDimTiles; ++d)
 #pragma unroll
@@ -481,7 +480,12 @@ struct Consumer {
     epilogue(t, out);
   }
 
-  __device__ void loop(const TileScheduler& tiles) { tile(tiles.block_tile); }
+  __device__ void loop(const TileScheduler& tiles) {
+    // The tile registers: one set for all the tiles, which each set them up afresh. Declared per tile,
+    // the first S of a tile would be new registers to ptxas, and some kernels spill more.
+    TileRegisters<Cfg> t;
+    tile(t, tiles.block_tile);
+  }
 };
 
 // ================================ kernel ================================

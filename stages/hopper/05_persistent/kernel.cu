@@ -492,10 +492,9 @@ struct Consumer {
   }
 
   // One tile: the first block, the K/V steps, the last P V, the epilogue.
-  __device__ void tile(const TileCoordinates& at) {
+  __device__ void tile(TileRegisters<Cfg>& t, const TileCoordinates& at) {
     const TileWork work = tile_work(p);
     const TileOutput out = output_of(at);
-    TileRegisters<Cfg> t;
 #pragma unroll
     for (int d = 0; d < Cfg::kDimTiles; ++d)
 #pragma unroll
@@ -511,8 +510,11 @@ struct Consumer {
   }
 
   __device__ void loop(const TileScheduler& tiles) {
+    // The tile registers: one set for all the tiles, which each set them up afresh. Declared per tile,
+    // the first S of a tile would be new registers to ptxas, and some kernels spill more.
+    TileRegisters<Cfg> t;
     for (int64_t tile_index = tiles.first(); tile_index < tiles.num_tiles; tile_index = tiles.next(tile_index))
-      tile(tiles.at(tile_index, p));
+      tile(t, tiles.at(tile_index, p));
   }
 };
 

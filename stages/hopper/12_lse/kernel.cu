@@ -598,10 +598,9 @@ struct Consumer {
   }
 
   // One tile: the first block, the K/V steps (unmasked, then masked), the last P V, the epilogue.
-  __device__ void tile(const TileCoordinates& at) {
+  __device__ void tile(TileRegisters<Cfg>& t, const TileCoordinates& at) {
     const TileWork work = tile_work<Cfg>(p, at.q_block);
     const TileOutput out = output_of(at);
-    TileRegisters<Cfg> t;
 #pragma unroll
     for (int d = 0; d < Cfg::kDimTiles; ++d)
 #pragma unroll
@@ -624,8 +623,11 @@ struct Consumer {
 
   __device__ void loop(const TileScheduler& tiles) {
     if (consumer_warpgroup == kConsumers - 1) pass_turn();  // warpgroup 0 goes first
+    // The tile registers: one set for all the tiles, which each set them up afresh. Declared per tile,
+    // the first S of a tile would be new registers to ptxas, and some kernels spill more.
+    TileRegisters<Cfg> t;
     for (int tile_index = tiles.first(); tile_index < tiles.num_tiles; tile_index = tiles.next(tile_index))
-      tile(tiles.at(tile_index, p));
+      tile(t, tiles.at(tile_index, p));
     if (consumer_warpgroup == 0) wait_turn();  // the last warpgroup's last hand-over: the barriers as they started
   }
 };
