@@ -82,6 +82,7 @@ AttentionParams Problem::params() const {
   p.causal = config_.causal;
   p.lse = lse_view_;
   p.alibi = alibi_view_;
+  p.num_splits = config_.num_splits;
   return p;
 }
 

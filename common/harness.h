@@ -58,6 +58,9 @@ struct ProblemConfig {
   // or one per (batch, head) with a batch stride of heads + 1 (a NaN-poisoned gap after every batch's
   // row, so a kernel that strides wrong reads NaN). The slopes are alibi_slope_value's.
   AlibiKind alibi = AlibiKind::kNone;
+  // AttentionParams::num_splits: 0 lets the stage choose; > 0 forces that many split-KV thread
+  // blocks per query block (stages that declare "split_kv" only).
+  int num_splits = 0;
 };
 
 // Device tensors for one attention call, filled with seeded normal data. Gaps in padded layouts

@@ -181,6 +181,15 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
       return Status::error(err.str());
     }
   }
+  if (p.num_splits < 0 || p.num_splits > kMaxNumSplits) {
+    err << "num_splits " << p.num_splits << " must be 0 (the stage chooses) or 1 to " << kMaxNumSplits;
+    return Status::error(err.str());
+  }
+  if (p.num_splits != 0 && (stage.features & kFeatureSplitKv) == 0) {
+    err << "num_splits " << p.num_splits << " (a forced split-KV count) is not supported by this stage (it does "
+        << "not declare the feature \"split_kv\"; leave num_splits 0)";
+    return Status::error(err.str());
+  }
   // Positive, not just non-zero: the stages from ampere_07_fast_softmax on take the row max of the
   // unscaled scores, which is the max of the scaled scores only when the scale is positive.
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.0f) {

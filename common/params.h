@@ -77,7 +77,17 @@ struct AttentionParams {
   // j <= i + seq_kv - seq_q; a query that sees no key (seq_q > seq_kv) outputs zeros. Only for
   // stages that declare the feature "causal".
   bool causal = false;
+  // Split-KV (Flash-Decoding): how many thread blocks share the keys of one (batch, head, query
+  // block), each writing a partial result that a second kernel merges. 0: the stage chooses (its
+  // heuristic); > 0 (at most kMaxNumSplits) only for stages that declare "split_kv", which then use
+  // exactly this many, some of them empty when there are more splits than K/V blocks. The result
+  // is the same softmax either way, up to fp32 rounding; tests force it to reach every split count.
+  int num_splits = 0;  // 0: the stage chooses; > 0 only for stages that declare "split_kv"
 };
+
+// The most splits a caller may ask for: more than any GPU has SMs to fill, few enough that a split
+// stage can put them in gridDim.y (at most 65535).
+constexpr int kMaxNumSplits = 1024;
 
 inline float default_softmax_scale(int64_t head_dim);  // 1 / sqrt(head_dim)
 
@@ -97,6 +107,7 @@ enum Feature : unsigned {
   kFeatureGqa = 1u << 2,        // kv_heads dividing heads
   kFeatureLse = 1u << 3,        // the log-sum-exp output
   kFeatureAlibi = 1u << 4,      // ALiBi position bias
+  kFeatureSplitKv = 1u << 5,    // the keys split across thread blocks; AttentionParams::num_splits
 };
 namespace detail {
 constexpr bool same_text(const char* a, const char* b) {
@@ -110,6 +121,7 @@ constexpr unsigned feature_bit(const char* name) {
          : detail::same_text(name, "gqa")      ? kFeatureGqa
          : detail::same_text(name, "lse")      ? kFeatureLse
          : detail::same_text(name, "alibi")    ? kFeatureAlibi
+         : detail::same_text(name, "split_kv") ? kFeatureSplitKv
                                                : throw "unknown feature name in stage.json";
 }
 

@@ -129,15 +129,41 @@ def compare(model, title, args, heads, kv_heads, head_dim):
     model.generation_config.pad_token_id = None
     generator = torch.Generator(device="cuda").manual_seed(0)
     input_ids = torch.randint(0, model.config.vocab_size, (1, args.prompt_tokens), device="cuda", generator=generator)
-    stage = flash_stages.pick_stage(causal=True, gqa=heads != kv_heads)
+    try:
+        stage = flash_stages.pick_stage(causal=True, gqa=heads != kv_heads)
+    except flash_stages.LibraryError as e:  # not built: say how to build it, without a traceback
+        print("FAIL: %s" % e)
+        return 1
     print("%s: %s, transformers %s, torch %s, %s; prompt %d tokens, %d greedy tokens; attention by %s"
           % (title, torch.cuda.get_device_name(), transformers.__version__, torch.__version__, args.dtype,
              args.prompt_tokens, args.new_tokens, stage))
 
+    # The backend's attention, counted: proof that the model's layers really ran on the kernels.
+    from flash_stages.transformers_backend import attention_forward
+
+    calls = [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return attention_forward(*args, **kwargs)
+
+    transformers.AttentionInterface.register(ours, counted)
+
     runs = {}
     for name in (ours, "sdpa"):
         model.set_attn_implementation(name)
+        if model.config._attn_implementation != name:
+            print("FAIL: the model did not switch to attn_implementation=%r" % name)
+            return 1
+        calls[0] = 0
         tokens, logits = greedy(torch, model, input_ids, args.new_tokens)
+        if name == ours:
+            layers = model.config.num_hidden_layers
+            print("%d attention calls went through the kernels (%d layers x %d forward passes)"
+                  % (calls[0], layers, args.new_tokens))
+            if calls[0] != layers * args.new_tokens:
+                print("FAIL: expected %d" % (layers * args.new_tokens))
+                return 1
         rate = tokens_per_second(torch, model, input_ids, args.new_tokens, args.reps)
         runs[name] = (tokens, logits, rate)
     (t_ours, l_ours, r_ours), (t_sdpa, l_sdpa, r_sdpa) = runs[ours], runs["sdpa"]

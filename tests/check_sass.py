@@ -31,6 +31,12 @@ parent's kernel's: "alibi or identical" says that without slopes the stage compi
                                           LDL + STL per kernel at most this many on that
                                           architecture; an architecture not listed allows none
 
+A stage with a second kind of kernel besides its attention kernel (decode_01_split_kv's
+combine_kernel, which merges the splits' partial results) declares it by name, with a signature of
+its own, in "sass": {"other_kernels": {"combine_kernel": {"require": [...], "forbid": [...],
+"why": "..."}}}. A kernel whose unqualified name is one of these is held to that entry's require and
+forbid instead of the stage's, is not compared with the parent, and keeps the stage's spill budget.
+
 An opcode matches as the base opcode or a dotted prefix: "LDG" counts LDG.E.128 but not LDGSTS,
 "MUFU.EX2" counts MUFU.EX2 and not MUFU.RCP. A check is a Python expression over c('OP'), p('OP'),
 the names above, numbers, arithmetic, comparisons, and/or/not, nothing else (it is parsed and
@@ -51,7 +57,7 @@ import argparse
 import ast
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,11 +165,21 @@ class Declaration:
     checks: list[Check]
     spill_budget: dict[str, int]   # arch -> LDL + STL allowed per kernel
     spill_why: str
+    other_kernels: dict = field(default_factory=dict)  # name -> (require, forbid, why)
+
+    def other_kernel(self, kernel: sass.Kernel):
+        """(require, forbid, why) of the other_kernels entry naming this kernel, or None."""
+        unqualified = sass.unqualified(kernel.name)
+        for name, entry in self.other_kernels.items():
+            if unqualified.startswith("%d%s" % (len(name), name)):  # the mangled source name: <length><name>
+                return entry
+        return None
 
     @property
     def opcodes(self) -> list[str]:
         out: list[str] = []
-        for op in self.require + self.forbid + [op for c in self.checks for op in c.opcodes]:
+        others = [op for require, forbid, _ in self.other_kernels.values() for op in require + forbid]
+        for op in self.require + self.forbid + [op for c in self.checks for op in c.opcodes] + others:
             if op not in out:
                 out.append(op)
         return out
@@ -171,7 +187,7 @@ class Declaration:
 
 def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
     where = "%s/stage.json" % stage.path
-    extra = set(stage.sass) - {"require", "forbid", "versus_parent", "kernel_flags"}
+    extra = set(stage.sass) - {"require", "forbid", "versus_parent", "kernel_flags", "other_kernels"}
     if extra:
         raise DeclarationError("%s: unknown keys in \"sass\": %s" % (where, ", ".join(sorted(extra))))
     lists = {}
@@ -185,6 +201,22 @@ def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
     both = set(lists["require"]) & set(lists["forbid"])
     if both:
         raise DeclarationError("%s: %s both required and forbidden" % (where, ", ".join(sorted(both))))
+    other_kernels = {}
+    others = stage.sass.get("other_kernels", {})
+    if not isinstance(others, dict):
+        raise DeclarationError("%s: sass.other_kernels must map a kernel name to its require, forbid and why" % where)
+    for name, entry in others.items():
+        ok = (isinstance(name, str) and name.isidentifier() and isinstance(entry, dict)
+              and set(entry) <= {"require", "forbid", "why"} and str(entry.get("why", "")).strip())
+        ops = {key: entry.get(key, []) if isinstance(entry, dict) else None for key in ("require", "forbid")}
+        if not ok or not all(isinstance(v, list) and all(isinstance(op, str) and OPCODE.match(op) for op in v)
+                             for v in ops.values()):
+            raise DeclarationError("%s: sass.other_kernels.%s must be {\"require\": [opcodes], \"forbid\": "
+                                   "[opcodes], \"why\": \"...\"} with a why" % (where, name))
+        if set(ops["require"]) & set(ops["forbid"]):
+            raise DeclarationError("%s: sass.other_kernels.%s: %s both required and forbidden"
+                                   % (where, name, ", ".join(sorted(set(ops["require"]) & set(ops["forbid"])))))
+        other_kernels[name] = (ops["require"], ops["forbid"], entry["why"])
     flag_names = stage.sass.get("kernel_flags", [])
     if not isinstance(flag_names, list) or not all(isinstance(n, str) and n.isidentifier() for n in flag_names) \
             or len(set(flag_names)) != len(flag_names) or {"c", "p"} & set(flag_names):
@@ -215,7 +247,7 @@ def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
                                    "and \"why\")" % (where, key, value))
     if any(budget.values()) and not why.strip():
         raise DeclarationError("%s: a spill budget above 0 needs its measured reason in spill_budget.why" % where)
-    return Declaration(stage, lists["require"], lists["forbid"], checks, budget, why)
+    return Declaration(stage, lists["require"], lists["forbid"], checks, budget, why, other_kernels)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -272,12 +304,14 @@ def check_stage(decl: Declaration, kernels: list[sass.Kernel], parent_kernels: l
     for kernel in sorted(kernels, key=lambda k: (k.arch, k.instantiation, k.flags)):
         where = "%s %s %s" % (stage.name, kernel.arch, kernel.label)
         problems = []
-        for op in decl.require:
+        other = decl.other_kernel(kernel)
+        require, forbid = (other[0], other[1]) if other else (decl.require, decl.forbid)
+        for op in require:
             if not report.expect(kernel.count(op) > 0, where):
-                problems.append("requires %s: none found" % op)
-        for op in decl.forbid:
+                problems.append("requires %s: none found%s" % (op, " (%s)" % other[2] if other else ""))
+        for op in forbid:
             if not report.expect(kernel.count(op) == 0, where):
-                problems.append("forbids %s: %d found" % (op, kernel.count(op)))
+                problems.append("forbids %s: %d found%s" % (op, kernel.count(op), " (%s)" % other[2] if other else ""))
         spills = sum(kernel.count(op) for op in SPILL_OPCODES)
         allowed = decl.spill_budget.get(kernel.arch, 0)
         if not report.expect(spills <= allowed, where):
@@ -288,7 +322,7 @@ def check_stage(decl: Declaration, kernels: list[sass.Kernel], parent_kernels: l
         if not report.expect(hgmma == 0 or 2 * group_ends <= hgmma, where):
             problems.append("wgmma serialized: %d of %d HGMMA end a group (gsb0); ptxas's C7515-C7520 "
                             "messages say why (a wgmma or its wait in a divergent path, ...)" % (group_ends, hgmma))
-        if decl.checks:
+        if decl.checks and not other:
             problems += compare_with_parent(decl, kernel, parent_kernels, report, not_evaluated)
         print("  %-7s %-14s %s  %s" % (kernel.arch, kernel.label,
                                       " ".join("%*d" % (max(4, len(c)), kernel.count(c)) for c in columns),

@@ -7,8 +7,8 @@ library must refuse before touching the GPU, so no GPU is needed and none is use
 Checks: the library lists exactly the stages of stages/*/stage.json, in order; its FaCapiParams has
 the size of the Python mirror; an unknown stage and a bad dtype come back as messages (codes 2 and
 1); and calls the launcher's validation rejects come back with its message naming the values the
-library read from the struct (kv_heads, heads, head_dim, the sizes, causal), so a field at the wrong
-offset in either copy of the struct shows. Exit 0 if all hold, 1 otherwise.
+library read from the struct (kv_heads, heads, head_dim, the sizes, causal, num_splits), so a field
+at the wrong offset in either copy of the struct shows. Exit 0 if all hold, 1 otherwise.
 """
 
 import sys
@@ -74,6 +74,11 @@ def main():
     message = rejected(lib, names[0], params(causal=1))
     check(message is not None and "causal masking is not supported" in message,
           "causal read (%s does not declare it): %r" % (names[0], message))
+    message = rejected(lib, names[0], params(num_splits=3))
+    check(message is not None and "num_splits 3" in message and "\"split_kv\"" in message,
+          "num_splits read (%s does not declare split_kv): %r" % (names[0], message))
+    message = rejected(lib, newest, params(num_splits=-2))
+    check(message is not None and "num_splits -2 must be 0" in message, "a negative num_splits: %r" % message)
 
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")
     return 1 if failures else 0

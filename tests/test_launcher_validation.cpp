@@ -108,6 +108,14 @@ std::vector<InvalidCase> invalid_cases() {
        "2^31-1"},
       {"batch beyond int range", [](AttentionParams& p, const StageInfo&) { p.batch = int64_t{1} << 33; },
        "2^31-1"},
+      // num_splits: 0 (the stage chooses) everywhere; a forced count only where split_kv is declared,
+      // and never negative or above kMaxNumSplits.
+      {"num_splits -1", [](AttentionParams& p, const StageInfo&) { p.num_splits = -1; }, "num_splits -1"},
+      {"num_splits above kMaxNumSplits",
+       [](AttentionParams& p, const StageInfo&) { p.num_splits = fa::kMaxNumSplits + 1; },
+       "num_splits " + std::to_string(fa::kMaxNumSplits + 1)},
+      {"num_splits 2 (forced split-KV)", [](AttentionParams& p, const StageInfo&) { p.num_splits = 2; },
+       "\"split_kv\"", fa::kFeatureSplitKv},
   };
   // Zero and negative sizes, one field at a time.
   const std::pair<const char*, int64_t AttentionParams::*> sizes[] = {

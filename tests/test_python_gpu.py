@@ -170,7 +170,7 @@ def test_views():
 
     big = randn(b, 400, h, 128)
     q = big[:, 10:110]  # a slice along the sequence: starts 10 rows in
-    k, v = big[:, 50:], big[:, 100:]
+    k, v = big[:, 50:350], big[:, 100:400]
     close("slices along the sequence of one tensor", attention(q, k, v, causal=True), q, k, v, causal=True)
 
     wide = randn(b, s, h, 72)[..., :64]  # head stride 72, a multiple of 8: fine
@@ -200,7 +200,8 @@ def test_compile():
     q, k, v = randn(2, 200, 8, 64), randn(2, 300, 8, 64), randn(2, 300, 8, 64)
     eager_o, eager_l = block(q, k, v)
     comp_o, comp_l = compiled(q, k, v)
-    check(torch.equal(eager_o, comp_o) and torch.allclose(eager_l, comp_l),
+    # allclose, not equal: the compiled o * 2 + 1 rounds to fp16 once, eager twice.
+    check(torch.allclose(eager_o, comp_o, rtol=1e-3, atol=1e-3) and torch.allclose(eager_l, comp_l),
           "torch.compile(fullgraph=True): no graph break, the same result as eager")
 
     dynamic = torch.compile(lambda q, k, v: attention(q, k, v, causal=True) + 0, fullgraph=True, dynamic=True)
@@ -208,9 +209,11 @@ def test_compile():
         q, k, v = randn(1, seq, 4, 128), randn(1, seq, 4, 128), randn(1, seq, 4, 128)
         close("torch.compile(dynamic=True), seq %d" % seq, dynamic(q, k, v), q, k, v, causal=True)
 
+    # Dynamo wraps what the fake implementation raises in an exception of its own: the message is ours.
     bad = torch.compile(lambda q: attention(q, q, q), fullgraph=True)
-    check(raises(ValueError, "head_dim 96 has no kernel", lambda: bad(randn(1, 8, 2, 96))),
-          "under torch.compile, bad input fails with the same message (the fake implementation checks it)")
+    check(raises(Exception, "head_dim 96 has no kernel", lambda: bad(randn(1, 8, 2, 96))),
+          "under torch.compile, bad input fails at compile time with the same message (the fake implementation "
+          "checks it)")
 
 
 def test_every_stage():

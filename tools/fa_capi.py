@@ -25,7 +25,8 @@ class FaCapiParams(ctypes.Structure):
                 ("seq_q", ctypes.c_int64), ("seq_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
                 ("softmax_scale", ctypes.c_float),
                 ("lse", ctypes.c_void_p), ("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64),
-                ("alibi", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64)]
+                ("alibi", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64),
+                ("num_splits", ctypes.c_int32)]
 
 
 class FaCapiError(RuntimeError):
@@ -64,10 +65,11 @@ class FaCapi:
         return FaCapiTensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
 
     @staticmethod
-    def params(q, k, v, o, causal=False, softmax_scale=None, alibi=None):
+    def params(q, k, v, o, causal=False, softmax_scale=None, alibi=None, num_splits=0):
         """The call of one attention forward: q, o [B, Sq, H, D] and k, v [B, Skv, KVH, D] torch
         tensors of one dtype (fp16 or bf16) on the GPU; alibi: None or an fp32 [H] tensor on the GPU,
-        one slope per head shared by the batch (the caller keeps it alive while it is used)."""
+        one slope per head shared by the batch (the caller keeps it alive while it is used);
+        num_splits: 0 (the stage chooses) or a split-KV count for a stage that declares split_kv."""
         import torch
         dtype = {torch.float16: 0, torch.bfloat16: 1}[q.dtype]
         batch, seq_q, heads, head_dim = q.shape
@@ -77,4 +79,4 @@ class FaCapi:
             seq_q=seq_q, seq_kv=k.shape[1], head_dim=head_dim,
             softmax_scale=softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim),
             lse=None, lse_batch_stride=0, lse_head_stride=0,
-            alibi=None if alibi is None else alibi.data_ptr(), alibi_batch_stride=0)
+            alibi=None if alibi is None else alibi.data_ptr(), alibi_batch_stride=0, num_splits=num_splits)

@@ -56,7 +56,7 @@ bool parse_layout(const std::string& text, ProblemLayout* out) {
 
 struct Options {
   std::string stages = "all", dtypes = "fp16", head_dims = "128", seqs = "1024,2048,4096,8192";
-  int64_t batch = 16, heads = 32, seq_kv = 0, kv_heads = 0;
+  int64_t batch = 16, heads = 32, seq_kv = 0, kv_heads = 0, splits = 0;
   std::string layout = "contiguous";
   int warmup = 5, reps = 20;
   bool time = true, list = false, json = false, help = false, causal = false, lse = false, alibi = false;
@@ -100,6 +100,10 @@ void print_help() {
       "                             score of query i and key j, one slope per head shared by\n"
       "                             the batch, 2^(-8 (h + 1) / heads); a stage that does not\n"
       "                             declare alibi is skipped\n"
+      "  --splits N                 split-KV: N thread blocks share the keys of each query\n"
+      "                             block, merged by a second kernel; 0 lets the stage choose;\n"
+      "                             a stage that does not declare split_kv is skipped where\n"
+      "                             N > 0                                          [0]\n"
       "  --layout KIND              memory layout of q, k, v and o                  [%s]\n"
       "                               contiguous         [batch][seq][heads][head_dim], packed\n"
       "                               padded             same order, NaN-filled gaps after every\n"
@@ -170,6 +174,8 @@ Options parse(int argc, char** argv) {
       o.heads = parse_int(value(), "--heads");
     else if (arg == "--kv-heads")
       o.kv_heads = parse_int(value(), "--kv-heads");
+    else if (arg == "--splits")
+      o.splits = parse_int(value(), "--splits");
     else if (arg == "--warmup")
       o.warmup = static_cast<int>(parse_int(value(), "--warmup"));
     else if (arg == "--reps")
@@ -201,6 +207,9 @@ Options parse(int argc, char** argv) {
   if (o.json && !o.list) usage("--json goes with --list");
   if (o.kv_heads < 0 || (o.kv_heads > 0 && o.heads % o.kv_heads != 0))
     usage("--kv-heads " + std::to_string(o.kv_heads) + " must divide --heads " + std::to_string(o.heads));
+  if (o.splits < 0 || o.splits > kMaxNumSplits)
+    usage("--splits " + std::to_string(o.splits) + " must be 0 (the stage chooses) to " +
+          std::to_string(kMaxNumSplits));
   ProblemLayout layout;
   if (!parse_layout(o.layout, &layout)) usage("unknown layout " + o.layout);
   return o;
@@ -212,7 +221,8 @@ std::string missing_features(const StageInfo& stage, const AttentionParams& p) {
   const std::pair<bool, const char*> asked[] = {{p.causal, "causal"},
                                                 {p.kv_heads != p.heads, "gqa"},
                                                 {p.lse.data != nullptr, "lse"},
-                                                {p.alibi.data != nullptr, "alibi"}};
+                                                {p.alibi.data != nullptr, "alibi"},
+                                                {p.num_splits != 0, "split_kv"}};
   std::string missing;
   for (const auto& [wanted, name] : asked)
     if (wanted && (stage.features & feature_bit(name)) == 0)
@@ -257,7 +267,7 @@ std::string json_array(const std::vector<T>& items, Format format) {
 
 // Every StageInfo field but the launcher, for the Python tools; features by their stage.json names.
 void print_stage_json() {
-  const char* const feature_names[] = {"any_length", "causal", "gqa", "lse", "alibi"};
+  const char* const feature_names[] = {"any_length", "causal", "gqa", "lse", "alibi", "split_kv"};
   const std::vector<const StageInfo*>& stages = registered_stages();
   std::printf("[\n");
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -379,6 +389,7 @@ int main(int argc, char** argv) {
         config.kv_heads = opt.kv_heads;
         config.lse = opt.lse;
         config.alibi = opt.alibi ? AlibiKind::kPerHead : AlibiKind::kNone;
+        config.num_splits = static_cast<int>(opt.splits);
         Problem problem(config);
         for (const StageInfo* stage : stages) {
           std::fflush(stdout);

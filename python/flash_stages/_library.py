@@ -31,7 +31,8 @@ class FaCapiParams(ctypes.Structure):
                 ("seq_q", ctypes.c_int64), ("seq_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
                 ("softmax_scale", ctypes.c_float),
                 ("lse", ctypes.c_void_p), ("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64),
-                ("alibi", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64)]
+                ("alibi", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64),
+                ("num_splits", ctypes.c_int32)]
 
 
 class LibraryError(RuntimeError):

@@ -50,6 +50,8 @@ def catalogue(directory: str | None = None) -> tuple:
     result = []
     for track in json.loads(tracks_file.read_text())["tracks"]:
         name = track["name"]
+        if not (root / name).is_dir():  # a track declared before its first stage exists
+            continue
         for folder in sorted(p for p in (root / name).iterdir() if (p / "stage.json").is_file()):
             declared = json.loads((folder / "stage.json").read_text())
             result.append(Stage(id="%s_%s" % (name, folder.name), track=name, target=declared["target"],
@@ -78,7 +80,8 @@ def choose(needed: frozenset, capability: tuple, built, requested: str | None = 
     stages add one idea each to their parent, so a track's last stage is its fastest: on compute
     capability 9.0 the last Hopper-track stage that declares the features, else (ALiBi, which only
     the Ampere track has, or any other GPU of compute capability 8.0 or newer) the last Ampere-track
-    stage that declares them. The experiments (measured, not adopted) are never picked, only named.
+    stage that declares them. The other tracks' stages (the experiments: measured, not adopted) are
+    never picked, only named.
     Only stages that handle any sequence length ("any_length") are picked, so that the default
     takes every shape.
 
