@@ -111,6 +111,28 @@ inline int device_sm_count() {
 constexpr int64_t kManyTilesBatch = 4;
 constexpr int64_t kManyTilesSeq = 600;
 
+// Problem edits shared by the general tests: q = 0 makes every score 0, so each row's weights are
+// uniform and its LSE is log(keys seen); K times 8 makes large scores (exp2 near its range).
+inline void q_zero(fa::Problem& problem) {
+  fa::HostTensor q = problem.host_q();
+  const fa::TensorLayout& l = q.layout;
+  for (int64_t b = 0; b < l.batch; ++b)
+    for (int64_t s = 0; s < l.seq; ++s)
+      for (int64_t h = 0; h < l.heads; ++h)
+        for (int64_t d = 0; d < l.head_dim; ++d) q.set(b, s, h, d, 0.0f);
+  problem.set_inputs(q, problem.host_k(), problem.host_v());
+}
+
+inline void k_times_8(fa::Problem& problem) {
+  fa::HostTensor k = problem.host_k();
+  const fa::TensorLayout& l = k.layout;
+  for (int64_t b = 0; b < l.batch; ++b)
+    for (int64_t s = 0; s < l.seq; ++s)
+      for (int64_t h = 0; h < l.heads; ++h)
+        for (int64_t d = 0; d < l.head_dim; ++d) k.set(b, s, h, d, 8.0f * k.at(b, s, h, d));
+  problem.set_inputs(problem.host_q(), k, problem.host_v());
+}
+
 }  // namespace fa_test
 
 #if defined(FA_TEST_SCHEDULES)

@@ -132,4 +132,17 @@ inline bool supports(const fa::StageInfo& stage, fa::DType dtype, int64_t head_d
          std::count(stage.head_dims.begin(), stage.head_dims.end(), head_dim) > 0;
 }
 
+// A stream that neither waits for the legacy default stream nor makes it wait.
+class NonBlockingStream {
+ public:
+  NonBlockingStream() { FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~NonBlockingStream() { cudaStreamDestroy(stream_); }
+  NonBlockingStream(const NonBlockingStream&) = delete;
+  NonBlockingStream& operator=(const NonBlockingStream&) = delete;
+  operator cudaStream_t() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 }  // namespace fa_test

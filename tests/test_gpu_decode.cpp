@@ -118,37 +118,7 @@ std::string shape_name(int64_t seq_q, int64_t seq_kv, bool causal) {
   return "seq_q " + std::to_string(seq_q) + ", seq_kv " + std::to_string(seq_kv) + (causal ? ", causal" : "");
 }
 
-void q_zero(Problem& problem) {
-  HostTensor q = problem.host_q();
-  const fa::TensorLayout& l = q.layout;
-  for (int64_t b = 0; b < l.batch; ++b)
-    for (int64_t s = 0; s < l.seq; ++s)
-      for (int64_t h = 0; h < l.heads; ++h)
-        for (int64_t d = 0; d < l.head_dim; ++d) q.set(b, s, h, d, 0.0f);
-  problem.set_inputs(q, problem.host_k(), problem.host_v());
-}
 
-void k_times_8(Problem& problem) {
-  HostTensor k = problem.host_k();
-  const fa::TensorLayout& l = k.layout;
-  for (int64_t b = 0; b < l.batch; ++b)
-    for (int64_t s = 0; s < l.seq; ++s)
-      for (int64_t h = 0; h < l.heads; ++h)
-        for (int64_t d = 0; d < l.head_dim; ++d) k.set(b, s, h, d, 8.0f * k.at(b, s, h, d));
-  problem.set_inputs(problem.host_q(), k, problem.host_v());
-}
-
-class NonBlockingStream {
- public:
-  NonBlockingStream() { FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~NonBlockingStream() { cudaStreamDestroy(stream_); }
-  NonBlockingStream(const NonBlockingStream&) = delete;
-  NonBlockingStream& operator=(const NonBlockingStream&) = delete;
-  operator cudaStream_t() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
 int64_t written_elements(const HostTensor& o) {
   return static_cast<int64_t>(o.raw.size()) - std::count(o.raw.begin(), o.raw.end(), uint16_t{0xFFFF});
@@ -210,13 +180,13 @@ TEST_CASE("decode: q = 0, so every LSE is exactly log(keys seen): no key lost or
   for (int64_t seq_kv : {1000, 4097})
     for (bool causal : {false, true})
       check_split_stages("q = 0, " + shape_name(8, seq_kv, causal), decode_shape(1, 3, 3, 8, seq_kv, causal),
-                         q_zero);
+                         fa_test::q_zero);
 }
 
 TEST_CASE("decode: large scores (k scaled by 8), the merge dominated by one split", "[gpu][decode][lse]") {
   for (bool causal : {false, true})
     check_split_stages("k x 8, " + shape_name(8, 4097, causal), decode_shape(1, 3, 3, 8, 4097, causal),
-                       k_times_8);
+                       fa_test::k_times_8);
 }
 
 TEST_CASE("decode: the mixed layout (every tensor its own strides, the LSE padded with poisoned gaps)",
@@ -277,7 +247,7 @@ TEST_CASE("decode: two launches on two streams at once, each with its own worksp
     config_b.seed += 7;
     INFO("stage " << stage->name << " | A: " << describe(config_a) << ", 7 splits | B: " << describe(config_b)
                   << ", 3 splits");
-    NonBlockingStream stream_a, stream_b;
+    fa_test::NonBlockingStream stream_a, stream_b;
     Problem a(config_a), b(config_b);
     REQUIRE(run_with_splits(*stage, a, 7, {}, stream_a).passed());
     REQUIRE(run_with_splits(*stage, b, 3, {}, stream_b).passed());

@@ -68,25 +68,6 @@ void check_lse_stages(const std::string& scenario, int64_t seq_q, int64_t seq_kv
                                 });
 }
 
-void q_zero(Problem& problem) {
-  HostTensor q = problem.host_q();
-  const fa::TensorLayout& l = q.layout;
-  for (int64_t b = 0; b < l.batch; ++b)
-    for (int64_t s = 0; s < l.seq; ++s)
-      for (int64_t h = 0; h < l.heads; ++h)
-        for (int64_t d = 0; d < l.head_dim; ++d) q.set(b, s, h, d, 0.0f);
-  problem.set_inputs(q, problem.host_k(), problem.host_v());
-}
-
-void k_times_8(Problem& problem) {
-  HostTensor k = problem.host_k();
-  const fa::TensorLayout& l = k.layout;
-  for (int64_t b = 0; b < l.batch; ++b)
-    for (int64_t s = 0; s < l.seq; ++s)
-      for (int64_t h = 0; h < l.heads; ++h)
-        for (int64_t d = 0; d < l.head_dim; ++d) k.set(b, s, h, d, 8.0f * k.at(b, s, h, d));
-  problem.set_inputs(problem.host_q(), k, problem.host_v());
-}
 
 // Row (b, h, s)'s log-sum-exp at softmax scale `scale`, straight from the inputs in long double:
 // log sum_j exp(scale q_s . k_j) over the keys the row sees; -inf where it sees none.
@@ -160,12 +141,12 @@ TEST_CASE("lse: every score 0 (q = 0), so each row's LSE is log(keys it sees)", 
   const std::pair<int64_t, int64_t> pairs[] = {{65, 65}, {129, 63}, {63, 129}, {200, 1000}};
   for (const auto& [seq_q, seq_kv] : pairs)
     for (bool causal : {false, true})
-      check_lse_stages("q = 0, " + shape_name(seq_q, seq_kv, causal), seq_q, seq_kv, causal, q_zero);
+      check_lse_stages("q = 0, " + shape_name(seq_q, seq_kv, causal), seq_q, seq_kv, causal, fa_test::q_zero);
 }
 
 TEST_CASE("lse: large scores (k scaled by 8), the LSE dominated by the row maximum", "[gpu][lse]") {
   for (bool causal : {false, true})
-    check_lse_stages("k x 8, " + shape_name(129, 200, causal), 129, 200, causal, k_times_8);
+    check_lse_stages("k x 8, " + shape_name(129, 200, causal), 129, 200, causal, fa_test::k_times_8);
 }
 
 TEST_CASE("lse: with grouped-query attention (4 query heads, 2 and 1 key/value heads)", "[gpu][lse][gqa]") {

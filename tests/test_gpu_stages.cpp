@@ -153,18 +153,6 @@ void constant_and_one_hot_v(Problem& problem) {
   problem.set_inputs(q, k, v);
 }
 
-// A stream that neither waits for the legacy default stream nor makes it wait.
-class NonBlockingStream {
- public:
-  NonBlockingStream() { FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~NonBlockingStream() { cudaStreamDestroy(stream_); }
-  NonBlockingStream(const NonBlockingStream&) = delete;
-  NonBlockingStream& operator=(const NonBlockingStream&) = delete;
-  operator cudaStream_t() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
 // Elements of a downloaded output that no longer hold the 0xFFFF poison.
 int64_t written_elements(const fa::HostTensor& o) {
@@ -321,7 +309,7 @@ TEST_CASE("a launch goes to the non-default stream it is given", "[gpu][stream]"
   for (const StageInfo* stage : runnable_stages()) {
     const ProblemConfig config = stage_problem(*stage, DType::kFloat16, 128, 2, 3, 256, 384);
     INFO("stage " << stage->name << " | " << describe(config));
-    NonBlockingStream stream;
+    fa_test::NonBlockingStream stream;
     Problem problem(config);
     const fa::RunResult unheld = fa::run_and_check(*stage, problem, {}, stream);
     INFO("unheld run: " << (unheld.status.ok() ? unheld.check.summary() : unheld.status.message));
@@ -354,7 +342,7 @@ TEST_CASE("two problems on two streams at once: each launch goes to its own stre
     config_b.seed += 7;
     INFO("stage " << stage->name << " | problem A: " << describe(config_a) << " | problem B: "
                   << describe(config_b));
-    NonBlockingStream stream_a, stream_b;
+    fa_test::NonBlockingStream stream_a, stream_b;
     Problem a(config_a), b(config_b);
     REQUIRE(fa::run_and_check(*stage, a, {}, stream_a).passed());
     REQUIRE(fa::run_and_check(*stage, b, {}, stream_b).passed());
