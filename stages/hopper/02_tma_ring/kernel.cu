@@ -63,6 +63,11 @@ struct Config {
   static constexpr int kKeySteps = kBlockKV / kWgmmaK;  // k-steps of O += P V
   static constexpr int kKeyTiles = kBlockKV / kMmaN;    // n8 blocks of S
   static constexpr int kDimTiles = kHeadDim / kMmaN;    // n8 blocks of O
+  // Blocks an SM must hold at once (__launch_bounds__). At head_dim 64 the shared tiles fit twice,
+  // and so do the registers if a thread keeps to 128 (65,536 / (2 x 256)): ptxas is held to that,
+  // since one register more halves the blocks per SM. At 128 the accumulators alone need more than
+  // 128: 0 asks for no minimum, and one block fits.
+  static constexpr int kMinBlocksPerSM = kHeadDim == 64 ? 2 : 0;
   static_assert(sizeof(T) == 2, "the descriptors are written for 16-bit elements");
 };
 
@@ -426,8 +431,8 @@ struct Consumer {
 // ================================ kernel ================================
 // Every warpgroup computes its rows of the tile the scheduler gives this block; thread 0 also loads.
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionParams p,
-                                                             const __grid_constant__ TensorMaps maps) {
+__global__ void __launch_bounds__(kThreads, Config<T, kHeadDim>::kMinBlocksPerSM)
+    attention_kernel(const AttentionParams p, const __grid_constant__ TensorMaps maps) {
   using Cfg = Config<T, kHeadDim>;
   const TileScheduler tiles = TileScheduler::of(p);
 
