@@ -16,9 +16,13 @@ library by name (with every feature it declares), flash_attn_func, and the error
 Exit 0 if all hold, 1 otherwise, 77 (skipped) without PyTorch or a CUDA GPU.
 """
 
+import faulthandler
 import math
 import sys
 from pathlib import Path
+
+# A crash in native code (the library, PyTorch, the driver) prints the Python stack that led to it.
+faulthandler.enable()
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
