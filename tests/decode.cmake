@@ -1,7 +1,7 @@
 # Tests of the decoding track (GitHub issue 40). Included from tests/CMakeLists.txt after
 # fa_add_cpu_test and fa_add_gpu_test are defined, with include(${CMAKE_CURRENT_SOURCE_DIR}/decode.cmake).
 #
-#   ctest --test-dir build -R "split_kv|decode" --output-on-failure
+#   ctest --test-dir build -R "split_kv|gqa_packing|decode" --output-on-failure
 
 # Split-KV's algebra, no GPU: stages/decode/01_split_kv/split_kv.h (the functions the kernels call)
 # on the CPU. The merge of any partition of a row's keys equals the fp64 softmax of the whole row,
@@ -9,9 +9,17 @@
 # takes; the split-count heuristic.
 fa_add_cpu_test(test_split_kv_combine test_split_kv_combine.cpp)
 
+# GQA packing's index arithmetic, no GPU: stages/decode/02_gqa_packing/gqa_packing.h on the CPU. The
+# division by the group as a multiplication, exact wherever the kernel uses it; the rows of every
+# tile, decoded as the kernel decodes them, are each (batch, head, token) once, in its own K/V
+# head's tile, and come back from the split workspace to the same place; the causal test without a
+# division; where the launcher packs.
+fa_add_cpu_test(test_gqa_packing test_gqa_packing.cpp)
+
 # Every stage that declares split_kv at decoding shapes (seq_q 1..16, seq_kv 1..16384) with every
 # kind of split count forced (1, 2, 3, 7, 64, more than the K/V blocks) and the stage's own choice,
 # O and the LSE against the fp64 reference: causal (rows and whole splits that see no key), GQA
 # 32:8 and MQA 32:1, the mixed layout, two streams at once; every other stage rejects num_splits.
-# Skipped without a GPU.
+# GQA packing: groups of 1 to 32 query heads at seq_q 1 to 16, causal, groups that do not divide the
+# tile, every (head, token) row attending to a key of its own. Skipped without a GPU.
 fa_add_gpu_test(test_gpu_decode test_gpu_decode.cpp)

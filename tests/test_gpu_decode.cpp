@@ -14,6 +14,11 @@
 //   * a wrong weight in the merge (a missing rescale): O off by about the size of V;
 //   * an empty or all-masked split that is not weighted 0: NaN or a wrong row;
 //   * a workspace shared by two launches: the two-stream case below.
+// And GQA packing (decode_02_gqa_packing on; every split stage runs these cases): query groups of 1,
+// 2, 4, 8 and 32 heads on one K/V head at seq_q 1, 3, 8 and 16, causal with the bottom-right
+// alignment, groups that fill one tile, several and a part of one; the case where every (head,
+// token) row attends to a key of its own, so a row read, masked or written as another head's or
+// token's fails by the size of V.
 // Every stage that does not declare split_kv must reject num_splits != 0 and write nothing. Without
 // a GPU this program exits with 77 (skipped).
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
@@ -120,6 +125,29 @@ std::string shape_name(int64_t seq_q, int64_t seq_kv, bool causal) {
 
 
 
+// Each query row (b, h, t) becomes twice the key it is to pick, key j = (37 h + 11 t) mod (keys t
+// sees): its score (2 |k_j|^2 scale, about 23 at head_dim 128 and 16 at 64) leads every other by
+// far, so O's row is about V's row j and its LSE about that score. Every (head, token) of a packed
+// tile picks another key: a row that takes another row's Q, K/V head, causal bound or place in O or
+// the LSE is off by about the size of V, not by rounding.
+void rows_pick_their_own_keys(fa::Problem& problem) {
+  fa::HostTensor q = problem.host_q();
+  const fa::HostTensor& k = problem.host_k();
+  const fa::TensorLayout& l = q.layout;
+  const ProblemConfig& c = problem.config();
+  const int64_t group = c.heads / problem.kv_heads();
+  for (int64_t b = 0; b < l.batch; ++b)
+    for (int64_t t = 0; t < l.seq; ++t) {
+      const int64_t keys_seen = c.causal ? std::min(t + c.seq_kv - c.seq_q + 1, c.seq_kv) : c.seq_kv;
+      for (int64_t h = 0; h < l.heads; ++h) {
+        if (keys_seen <= 0) continue;  // a row that sees no key: O = 0 whatever Q is
+        const int64_t key = (37 * h + 11 * t) % keys_seen;
+        for (int64_t d = 0; d < l.head_dim; ++d) q.set(b, t, h, d, 2.0f * k.at(b, key, h / group, d));
+      }
+    }
+  problem.set_inputs(q, problem.host_k(), problem.host_v());
+}
+
 int64_t written_elements(const HostTensor& o) {
   return static_cast<int64_t>(o.raw.size()) - std::count(o.raw.begin(), o.raw.end(), uint16_t{0xFFFF});
 }
@@ -156,6 +184,60 @@ TEST_CASE("decode: GQA 32:8 and MQA 32:1, every split count", "[gpu][decode][gqa
           check_split_stages(
               "32 heads, kv_heads " + std::to_string(kv_heads) + ", " + shape_name(seq_q, seq_kv, causal),
               decode_shape(1, 32, kv_heads, seq_q, seq_kv, causal));
+}
+
+TEST_CASE("decode: GQA packing, groups of 1, 2, 4, 8 and 32 query heads at seq_q 1, 3, 8, 16",
+          "[gpu][decode][gqa][packing]") {
+  // 32 query heads on 32, 16, 8, 4 and 1 K/V heads: packed tiles of 2 to 128 rows, and at 32 heads
+  // per K/V head with seq_q 8 and 16, 256 and 512 rows in 2 and 4 tiles. seq_kv 77 and 1000: not
+  // multiples of the K/V block; under causal at 77 with seq_q 16 every row's bound is in the last
+  // block.
+  for (int64_t kv_heads : {32, 16, 8, 4, 1})
+    for (int64_t seq_q : {1, 3, 8, 16})
+      for (int64_t seq_kv : {77, 1000})
+        for (bool causal : {false, true})
+          check_split_stages("GQA packing, 32 heads, kv_heads " + std::to_string(kv_heads) + ", " +
+                                 shape_name(seq_q, seq_kv, causal),
+                             decode_shape(1, 32, kv_heads, seq_q, seq_kv, causal), nullptr, {0, 1, 3});
+}
+
+TEST_CASE("decode: GQA packing, every (head, token) row picks a key of its own, so a row mixed up fails",
+          "[gpu][decode][gqa][packing]") {
+  for (int64_t kv_heads : {8, 1})
+    for (int64_t seq_q : {3, 16})
+      for (bool causal : {false, true})
+        check_split_stages("rows pick their own keys, 32 heads, kv_heads " + std::to_string(kv_heads) + ", " +
+                               shape_name(seq_q, 1000, causal),
+                           decode_shape(2, 32, kv_heads, seq_q, 1000, causal), rows_pick_their_own_keys,
+                           {0, 1, 5});
+  // The mixed layout: Q, K, V, O and the LSE each with their own strides, so a row sent to the
+  // wrong head or token reads or writes another place.
+  for (bool causal : {false, true}) {
+    ProblemConfig config = decode_shape(2, 32, 4, 8, 1000, causal);
+    config.layout = fa::ProblemLayout::mixed();
+    check_split_stages(
+        "rows pick their own keys, mixed layout, 32 heads, kv_heads 4, " + shape_name(8, 1000, causal),
+        config, rows_pick_their_own_keys, {0, 1, 5});
+  }
+}
+
+TEST_CASE("decode: GQA packing, groups that do not divide the tile (a token's heads over two tiles)",
+          "[gpu][decode][gqa][packing]") {
+  // Group 3 at seq_q 50 (150 packed rows) and group 6 at seq_q 100 (600): the second tile starts in
+  // the middle of a token's group (128 = 42 x 3 + 2), so its rows' tokens and heads start from
+  // there; group 5 at seq_q 16 (80 rows, one tile); and prefill lengths where packing saves tiles
+  // (group 4 at seq_q 300: 10 tiles instead of 12) and where it does not (seq_q 256: 8 either way,
+  // the parent's mapping).
+  struct Case {
+    int64_t heads, kv_heads, seq_q, seq_kv;
+  };
+  for (const Case& c : {Case{6, 2, 50, 1000}, Case{12, 2, 100, 1000}, Case{10, 2, 16, 4097},
+                        Case{8, 2, 300, 1000}, Case{8, 2, 256, 1000}})
+    for (bool causal : {false, true})
+      check_split_stages("heads " + std::to_string(c.heads) + ", kv_heads " + std::to_string(c.kv_heads) +
+                             ", " + shape_name(c.seq_q, c.seq_kv, causal),
+                         decode_shape(1, c.heads, c.kv_heads, c.seq_q, c.seq_kv, causal),
+                         rows_pick_their_own_keys, {0, 1, 3});
 }
 
 TEST_CASE("decode: a split whose keys are all masked, and rows that see no key at all",
