@@ -51,6 +51,13 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_rounds.py)
   set_tests_properties(test_bench_rounds PROPERTIES LABELS cpu)
 
+  # The decoding benchmark (tools/decode_bench.py, tools/decode_csv.py, tools/plot.py --decode): the
+  # byte count, the copies that keep K and V cold in L2, the CSV, the options, the dry run, a whole run
+  # on a fake PyTorch and the plot, without a GPU. 77 (skipped) only where matplotlib is missing.
+  add_test(NAME test_decode_bench
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_decode_bench.py)
+  set_tests_properties(test_decode_bench PROPERTIES LABELS cpu SKIP_RETURN_CODE 77)
+
   # tools/schedule_model.py: the static schedules' counts that the pages of hopper_08_causal,
   # hopper_09_three_warpgroups and ampere_17_lpt_order quote.
   add_test(NAME test_schedule_model

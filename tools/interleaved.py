@@ -210,15 +210,20 @@ def launch_plan(names, warmup, reps, order, seed=1):
     return plan
 
 
-def time_launches(torch, timed, warmup, reps, order, nvml=None, seed=1):
+def time_launches(torch, timed, warmup, reps, order, nvml=None, seed=1, before_launch=None):
     """({name: [ms of each timed launch]}, {name: [NVML reading]}). With nvml, the host waits half of
     the implementation's previous launch, reads the clock while the kernel runs, then synchronizes
-    (so launches no longer queue back to back, and gaps of well under a millisecond open between them)."""
+    (so launches no longer queue back to back, and gaps of well under a millisecond open between them).
+    before_launch: called before each launch's start event, untimed (tools/decode_bench.py queues a
+    short spin kernel there, so that a launch shorter than the host's time to issue it is queued
+    before the GPU reaches it, and its events time the kernel, not the host)."""
     launch = dict(timed)
     events = {name: [] for name, _ in timed}
     readings = {name: [] for name, _ in timed}
     half_ms = {}
     for name, is_timed in launch_plan([n for n, _ in timed], warmup, reps, order, seed):
+        if before_launch is not None:
+            before_launch()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         launch[name]()

@@ -20,6 +20,13 @@ Writes (tools/results_tables.py says what each section holds):
                                      (fp16_d128_causal.png, fp16_d128_kv8.png), every stage in it
 The rest of the README and of docs/results.md is left byte for byte.
 
+    python3 tools/plot.py --decode [CSV]   # the decoding benchmark's plots (tools/decode_bench.py),
+                                           # from plots/results/decode_latest.csv by default:
+  <out-dir>/<dtype>_d<head_dim>_q<seq_q>[_causal].png   (out-dir plots/decode_bandwidth/): per batch
+                                     (rows) and K/V heads (columns), GB/s against seq_kv for every
+                                     stage and reference, the HBM read bandwidth measured in the
+                                     same run as a line (its % on the right-hand axis)
+
 The PNGs are deterministic: run twice on the same CSV with the same matplotlib, they are the same
 bytes (matplotlib's own defaults, not the user's matplotlibrc; no version or date in the file).
 Plots need matplotlib (Agg backend, no display); --check and --no-plots do not.
@@ -210,6 +217,118 @@ def render(plot, meta, csv_path, path):
 
 
 # ------------------------------------------------------------------------------------------------
+# The decoding benchmark (tools/decode_bench.py, tools/decode_csv.py)
+
+DECODE_STYLES = {"fa2": dict(color="black", linestyle="-", marker="s"),
+                 "cudnn": dict(color="#c0392b", linestyle="--", marker="^")}
+PANEL_IN = 2.4
+
+
+def decode_configs(rows):
+    """[(dtype, head_dim, seq_q, causal)] of the rows, in the CSV's order: one plot each."""
+    return list(dict.fromkeys((r["dtype"], int(r["head_dim"]), int(r["seq_q"]), r["causal"] == "1") for r in rows))
+
+
+def decode_plot_name(config):
+    dtype, head_dim, seq_q, causal = config
+    return "%s_d%d_q%d%s.png" % (dtype, head_dim, seq_q, "_causal" if causal else "")
+
+
+def plot_decode(meta, rows, csv_path, config, path):
+    """One configuration's plot: a panel per (batch, K/V heads), GB/s against seq_kv (log scale) per
+    implementation; a row that failed its check is an x on the axis; the measured read bandwidth as a
+    dotted line, and its % on the right-hand axis."""
+    from decode_csv import number, passed
+    plt = pyplot()
+    dtype, head_dim, seq_q, causal = config
+    mine = [r for r in rows if (r["dtype"], int(r["head_dim"]), int(r["seq_q"]), r["causal"] == "1") == config]
+    batches = sorted({int(r["batch"]) for r in mine})
+    kv_heads = sorted({int(r["kv_heads"]) for r in mine}, reverse=True)
+    impls = list(dict.fromkeys(r["impl"] for r in mine))
+    stages = [i for i in impls if i not in DECODE_STYLES]
+    cmap = colormap("viridis")
+    styles = {name: dict(color=cmap(0.1 + 0.65 * i / max(1, len(stages) - 1)), linestyle="-", marker="o")
+              for i, name in enumerate(stages)}
+    styles.update(DECODE_STYLES)
+    read_bw = number(meta.get("read_bw_gbytes_per_s"))
+    top = max([number(r["gbytes_per_s"]) or 0.0 for r in mine] + [read_bw or 0.0, 1.0]) * 1.12
+    height = 1.3 + PANEL_IN * 0.8 * len(batches)
+    fig, axes = plt.subplots(len(batches), len(kv_heads), figsize=(PANEL_IN * len(kv_heads) + 0.6, height),
+                             squeeze=False, sharex=True, sharey=True)
+    for i, batch in enumerate(batches):
+        for j, kvh in enumerate(kv_heads):
+            ax = axes[i][j]
+            cell = [r for r in mine if int(r["batch"]) == batch and int(r["kv_heads"]) == kvh]
+            for name in impls:
+                points = sorted((int(r["seq_kv"]), number(r["gbytes_per_s"])) for r in cell
+                                if r["impl"] == name and passed(r))
+                style = styles[name]
+                if points:
+                    ax.plot([x for x, _ in points], [y for _, y in points], linewidth=1.2, markersize=3.5,
+                            label=name if i == 0 and j == 0 else None, **style)
+                failed = sorted(int(r["seq_kv"]) for r in cell if r["impl"] == name
+                                and r["status"].split(":")[0] in ("FAIL", "ERROR"))
+                if failed:
+                    ax.plot(failed, [0.0] * len(failed), linestyle="none", marker="x", color=style["color"],
+                            markersize=6, clip_on=False)
+            if read_bw:
+                ax.axhline(read_bw, color="#7f7f7f", linestyle=":", linewidth=1.2,
+                           label="HBM read, measured: %.0f GB/s" % read_bw if i == 0 and j == 0 else None)
+            ax.set_xscale("log", base=2)
+            seqs = sorted({int(r["seq_kv"]) for r in mine})
+            ax.set_xticks(seqs)
+            ax.set_xticklabels(["%dk" % (s // 1024) if s % 1024 == 0 else str(s) for s in seqs], fontsize=7)
+            ax.minorticks_off()
+            ax.set_ylim(0, top)
+            ax.tick_params(labelsize=7)
+            ax.grid(color="#dddddd")
+            ax.set_title("batch %d, %d/%d heads" % (batch, int(cell[0]["heads"]) if cell else 0, kvh), fontsize=8)
+            if read_bw and j == len(kv_heads) - 1:
+                right = ax.secondary_yaxis("right", functions=(lambda y, bw=read_bw: 100.0 * y / bw,
+                                                               lambda p, bw=read_bw: p * bw / 100.0))
+                right.tick_params(labelsize=7)
+                right.set_ylabel("% of read bandwidth", fontsize=7)
+            if j == 0:
+                ax.set_ylabel("GB/s", fontsize=8)
+            if i == len(batches) - 1:
+                ax.set_xlabel("seq_kv", fontsize=8)
+    fig.suptitle("Decoding, %s, head_dim %d, seq_q %d%s: GB/s = (K, V and Q read + O written) / minimum time\n%s" % (
+        dtype, head_dim, seq_q, ", causal (bottom-right)" if causal else "", meta.get("gpu", "unknown GPU")),
+        fontsize=9)
+    finish(fig, axes[0][0], height, meta, csv_path, 7)
+    save(fig, path)
+    plt.close(fig)
+
+
+def decode_main(args):
+    """tools/plot.py --decode: every configuration's plot of a decoding benchmark CSV."""
+    from decode_csv import DecodeCsvError, read_decode_csv
+    csv_path = os.path.abspath(args.csv or os.path.join(REPO, "plots", "results", "decode_latest.csv"))
+    if not os.path.exists(csv_path):
+        print("plot.py: %s does not exist (python3 tools/decode_bench.py writes it)" % shown_path(csv_path),
+              file=sys.stderr)
+        return 2
+    try:
+        meta, rows = read_decode_csv(csv_path)
+    except DecodeCsvError as e:
+        print("plot.py: %s" % e, file=sys.stderr)
+        return 2
+    try:
+        pyplot()
+    except ImportError as e:
+        print("plot.py: matplotlib is not installed (%s); install it with python3 -m pip install matplotlib" % e,
+              file=sys.stderr)
+        return 3
+    out_dir = args.out_dir if args.out_dir_given else os.path.join(REPO, "plots", "decode_bandwidth")
+    os.makedirs(out_dir, exist_ok=True)
+    for config in decode_configs(rows):
+        path = os.path.join(out_dir, decode_plot_name(config))
+        plot_decode(meta, rows, csv_path, config, path)
+        print("plot.py: wrote %s" % shown_path(path), flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
 
 
 def parse_args(argv):
@@ -217,7 +336,11 @@ def parse_args(argv):
         prog="tools/plot.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("csv", nargs="?", default=None,
                    help="a results CSV from tools/bench.py (default: the CSV the README's tracks section names)")
-    p.add_argument("--out-dir", default=os.path.join(REPO, "plots"), help="where the PNGs go (default plots/)")
+    p.add_argument("--out-dir", default=None, help="where the PNGs go (default plots/; with --decode "
+                                                   "plots/decode_bandwidth/)")
+    p.add_argument("--decode", action="store_true",
+                   help="the decoding benchmark's plots from CSV (default plots/results/decode_latest.csv); nothing "
+                        "else is written")
     p.add_argument("--readme", default=os.path.join(REPO, "README.md"),
                    help="the README whose tracks section is rewritten or checked (default README.md); "
                         "docs/results.md beside it too")
@@ -228,6 +351,11 @@ def parse_args(argv):
                    help="write nothing; exit 1 if the README's tracks section or docs/results.md differ from what the "
                         "CSV gives (or a plot they show is missing); needs no matplotlib")
     args = p.parse_args(argv)
+    args.out_dir_given = args.out_dir is not None
+    if args.out_dir is None:
+        args.out_dir = os.path.join(REPO, "plots")
+    if args.decode and (args.check or args.no_plots):
+        p.error("--decode draws the decoding plots only: no --check or --no-plots")
     if args.no_readme and (args.check or args.csv is None):
         p.error("--no-readme needs a CSV argument and cannot be combined with --check")
     return args
@@ -235,6 +363,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.decode:
+        return decode_main(args)
     page = results_tables.results_page_of(args.readme)
     try:
         texts = {}

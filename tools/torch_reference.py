@@ -212,12 +212,14 @@ def first_call(torch, backend, operands, options):
             return None, "unavailable: " + clean("; ".join(reasons) or str(e), 250)
 
 
-def case_inputs(torch, seed, batch, seq, heads, kv_heads, head_dim, dtype):
+def case_inputs(torch, seed, batch, seq, heads, kv_heads, head_dim, dtype, seq_kv=None):
     """A case's fresh seeded normal inputs, distinct for q, k and v, on the GPU: q [B, S, H, D], k and v
-    [B, S, KVH, D] (also tools/interleaved.py's, so that both check and time the same data)."""
-    torch.manual_seed(seed * 1000003 + seq)
+    [B, S, KVH, D] (also tools/interleaved.py's, so that both check and time the same data); with
+    seq_kv (tools/decode_bench.py), k and v [B, seq_kv, KVH, D] and the seed depends on it too."""
+    torch.manual_seed(seed * 1000003 + seq + (0 if seq_kv is None else 7919 * seq_kv))
+    seq_kv = seq if seq_kv is None else seq_kv
     q = torch.randn((batch, seq, heads, head_dim), device="cuda", dtype=dtype)
-    k, v = (torch.randn((batch, seq, kv_heads, head_dim), device="cuda", dtype=dtype) for _ in range(2))
+    k, v = (torch.randn((batch, seq_kv, kv_heads, head_dim), device="cuda", dtype=dtype) for _ in range(2))
     return q, k, v
 
 
