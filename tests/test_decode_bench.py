@@ -498,6 +498,12 @@ with mock.patch.object(decode_bench, "check", top_left_only):
     check("FA2's failure stays a failure", decode_bench.check_reference(None, None, "fa2", None, key, key, None,
                                                                        causal, None)[2] == "FAIL: made up")
 
+# --- --help -------------------------------------------------------------------------------------
+done = subprocess.run([sys.executable, os.path.join(TOOLS, "decode_bench.py"), "--help"], stdout=subprocess.PIPE,
+                      stderr=subprocess.STDOUT, text=True)
+check("decode_bench.py --help lists its options", done.returncode == 0 and "--dry-run" in done.stdout
+      and "usage" in done.stdout)
+
 # --- the plot -------------------------------------------------------------------------------------
 try:
     import matplotlib  # noqa: F401

@@ -55,6 +55,8 @@ could not run (it has no time in the CSV), or a later step failed; 2 for bad opt
 build or parts that cannot be merged; 3 if no GPU.
 
 Usually started by scripts/run_all.sh, which builds build/fa_run and build/libfa_capi.so first.
+Decoding shapes (1 to a few query rows against a long KV cache, measured in GB/s against the read
+bandwidth) have a benchmark of their own: tools/decode_bench.py (docs/benchmarking.md, Decoding).
 """
 
 import argparse
