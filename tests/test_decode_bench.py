@@ -235,7 +235,7 @@ with contextlib.redirect_stdout(default):
 minutes = [line for line in default.getvalue().splitlines() if "estimated time" in line]
 check("the default run's estimate fits a call of 8 minutes (%r)" % minutes,
       minutes and "estimated time" in minutes[0] and (" min " not in minutes[0]
-                                                      or int(minutes[0].split("estimated time ")[1].split(" min")[0]) < 6))
+                                                      or int(minutes[0].split("estimated time ")[1].split(" min")[0]) < 8))
 
 # --- read bandwidth (a fake fa_microbench) -------------------------------------------------------
 FAKE_MICROBENCH = """#!/bin/sh
