@@ -340,6 +340,9 @@ def runnable(chosen, gpu_cc):
 
 StageRun = collections.namedtuple("StageRun", "series dtype head_dim names seqs")
 
+# Tracks whose stages --feature-stages newest passes over (see series_stages).
+NOT_NEWEST_TRACKS = ("experiments", "decode", "backward")
+
 
 def series_shape(series, args):
     """(causal, kv_heads, alibi) of every row of a series."""
@@ -353,13 +356,17 @@ def series_seqs(series, args):
 def series_stages(series, stages, feature_stages):
     """The stages (catalogue entries, registry order) a series runs: every one for the headline;
     for the others those that declare the series' feature, or with feature_stages 'newest' only
-    the last of them per target (the newest of the Ampere track and of the Hopper track)."""
+    the last of them per target (the newest of the Ampere track and of the Hopper track). The
+    experiments (not adopted), the decoding track (timed at its own shapes by
+    tools/decode_bench.py) and the backward track are never the newest: they come after the main
+    tracks in the registry."""
     feature = SERIES[series][0]
     if feature is None:
         return list(stages)
     declaring = [s for s in stages if feature in s["features"]]
     if feature_stages == "newest":
-        newest = {s["target"]: s["name"] for s in declaring}  # registry order: the last one wins
+        main_line = [s for s in declaring if s["name"].split("_", 1)[0] not in NOT_NEWEST_TRACKS]
+        newest = {s["target"]: s["name"] for s in main_line}  # registry order: the last one wins
         declaring = [s for s in declaring if s["name"] in newest.values()]
     return declaring
 
