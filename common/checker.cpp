@@ -406,4 +406,89 @@ CheckResult check_lse_against_reference(const ReferenceRows& reference, const Ho
   return result;
 }
 
+CheckResult check_gradient(const char* name, const Fp64Tensor& reference, const HostTensor& baseline,
+                           const HostTensor& out, const CheckOptions& options) {
+  CheckResult result;
+  const TensorLayout& l = out.layout;
+  if (l.batch != reference.batch || l.seq != reference.seq || l.heads != reference.heads ||
+      l.head_dim != reference.head_dim || baseline.layout.batch != l.batch || baseline.layout.seq != l.seq ||
+      baseline.layout.heads != l.heads || baseline.layout.head_dim != l.head_dim) {
+    result.first_failure = std::string(name) + ": the output, the reference and the baseline differ in shape";
+    return result;
+  }
+  const DType dtype = out.dtype;
+  const auto fail = [&](const std::string& what) {
+    ++result.bad_elements;
+    if (result.first_failure.empty()) result.first_failure = what;
+  };
+  const auto where = [&](int64_t b, int64_t s, int64_t h, int64_t d) {
+    std::ostringstream text;
+    text << name << " (b, s, h, d) = (" << b << ", " << s << ", " << h << ", " << d << ")";
+    return text.str();
+  };
+  double err_sq = 0.0, ref_sq = 0.0;
+  for (int64_t b = 0; b < l.batch; ++b)
+    for (int64_t h = 0; h < l.heads; ++h) {
+      double scale = 0.0, baseline_err = 0.0;
+      for (int64_t s = 0; s < l.seq; ++s)
+        for (int64_t d = 0; d < l.head_dim; ++d) {
+          const double ref = reference.at(b, s, h, d);
+          if (!std::isfinite(ref)) continue;
+          scale = std::max(scale, std::fabs(ref));
+          const double base = baseline.at(b, s, h, d);
+          if (std::isfinite(base)) {
+            baseline_err = std::max(baseline_err, std::fabs(base - ref));
+            result.baseline_max_abs_err = std::max(result.baseline_max_abs_err, std::fabs(base - ref));
+          } else {
+            ++result.baseline_nonfinite;
+          }
+        }
+      const double floor = unit_roundoff(dtype) * std::max(scale, smallest_normal(dtype));
+      const double tol = options.tolerance_factor * std::max(floor, baseline_err) + options.tolerance_epsilon * scale;
+      result.tolerance = std::max(result.tolerance, tol);
+      for (int64_t s = 0; s < l.seq; ++s) {
+        ++result.rows_checked;
+        for (int64_t d = 0; d < l.head_dim; ++d) {
+          const double ref = reference.at(b, s, h, d);
+          if (out.raw[static_cast<size_t>(l.offset(b, s, h, d))] == kPoisonBits) {
+            fail(where(b, s, h, d) + ": never written (still the 0xFFFF poison)");
+            continue;
+          }
+          const double got = out.at(b, s, h, d);
+          if (!std::isfinite(ref)) {
+            if (!(got == ref || (std::isnan(ref) && std::isnan(got))))
+              fail(where(b, s, h, d) + ": the reference is not finite and the output differs");
+            continue;
+          }
+          const double err = std::fabs(got - ref);
+          err_sq += std::isfinite(err) ? err * err : 0.0;
+          ref_sq += ref * ref;
+          result.max_abs_err = std::isfinite(err) ? std::max(result.max_abs_err, err) : INFINITY;
+          result.max_err_over_tolerance = std::max(result.max_err_over_tolerance, tol > 0.0 ? err / tol : INFINITY);
+          if (!(err <= tol)) {
+            std::ostringstream text;
+            text << where(b, s, h, d) << ": got " << got << ", expected " << ref << ", error " << err
+                 << " > head tolerance " << tol;
+            fail(text.str());
+          }
+        }
+      }
+    }
+  result.rel_l2_err = ref_sq > 0.0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
+  if (options.check_gaps_untouched) {
+    std::vector<bool> logical(out.raw.size(), false);
+    for (int64_t b = 0; b < l.batch; ++b)
+      for (int64_t s = 0; s < l.seq; ++s)
+        for (int64_t h = 0; h < l.heads; ++h)
+          for (int64_t d = 0; d < l.head_dim; ++d) logical[static_cast<size_t>(l.offset(b, s, h, d))] = true;
+    for (size_t i = 0; i < out.raw.size(); ++i)
+      if (!logical[i] && out.raw[i] != kPoisonBits) {
+        fail(std::string(name) + ": a gap between rows was written (element " + std::to_string(i) + " of the buffer)");
+        break;
+      }
+  }
+  result.passed = result.bad_elements == 0;
+  return result;
+}
+
 }  // namespace fa

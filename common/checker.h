@@ -50,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "reference.h"  // Fp64Tensor
 #include "tensor.h"
 
 namespace fa {
@@ -147,5 +148,28 @@ struct LseCheckOptions {
 CheckResult check_lse_against_reference(const ReferenceRows& reference, const HostLse& lse,
                                         const CheckOptions& options = {},
                                         const LseCheckOptions& lse_options = {});
+
+// ------------------------------------------------------------------------------------------------
+// Gradients (common/backward.h): dQ, dK or dV checked against the fp64 reference with
+// FlashAttention's rule for gradients (its tests: the kernel's largest error at most twice that of
+// the same backward computed in the input dtype), applied per (batch, head) of the tensor:
+//
+//   R_h     = max over the head's elements of |ref|                 (finite entries only)
+//   floor_h = u * max(R_h, smallest normal of the dtype)            (u: 2^-11 fp16, 2^-8 bf16)
+//   e_h     = max(floor_h, max over the head's elements of |baseline - ref|)
+//   tol_h   = tolerance_factor * e_h + tolerance_epsilon * R_h
+//
+// and every element passes iff |out - ref| <= tol_h, written !(err <= tol) so NaN fails. The
+// baseline is reference.h's baseline_backward_lowp. Why per head, not per row as for O: a gradient
+// row sums over the other sequence (dK and dV rows over every query, dQ rows over every key), so
+// the size of its error follows the head's data rather than one row's softmax, and a row of dK
+// whose keys took almost no probability has a tiny gradient whose rounding by the baseline can be
+// exact by luck; a per-head maximum keeps the rule as strict as FlashAttention's (whose maximum is
+// over the whole tensor) while one head of large values cannot loosen another head's. The floor
+// and epsilon are those of the O check, for the same reasons. Elements that still hold the 0xFFFF
+// poison were never written and fail; with check_gaps_untouched, so does a gap between rows that
+// no longer holds it.
+CheckResult check_gradient(const char* name, const Fp64Tensor& reference, const HostTensor& baseline,
+                           const HostTensor& out, const CheckOptions& options = {});
 
 }  // namespace fa

@@ -207,6 +207,10 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
   return Status::success();
 }
 
+std::string check_tensor_view(const char* name, const TensorView& t) {
+  return check_tensor(name, t);
+}
+
 Status launch_status(const char* stage_name) {
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::success();

@@ -10,6 +10,8 @@
 
 namespace fa {
 
+struct BackwardInfo;  // common/backward.h
+
 enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 
 const char* dtype_name(DType dtype);                    // "fp16" / "bf16"
@@ -143,6 +145,9 @@ struct StageInfo {
   std::vector<int> head_dims;
   std::vector<DType> dtypes;
   Status (*launch)(const AttentionParams& params, cudaStream_t stream);
+  // The stage's backward pass (common/backward.h), or nullptr: only the stages of the backward track
+  // have one, and the forward stages leave it out of their initializer.
+  const BackwardInfo* backward = nullptr;
 };
 
 // Whether a GPU of compute capability `cc` (e.g. 90) runs the stage's machine code.
@@ -153,6 +158,10 @@ inline bool stage_runs_on(const StageInfo& stage, int cc) {
 // Checks everything the launcher contract promises to reject, for a stage with the given tiles.
 // Every stage's launch() calls this first and launches nothing if it fails.
 Status validate_params(const AttentionParams& params, const StageInfo& stage);
+
+// One tensor's pointer and strides as validate_params checks them (non-null, 16-byte aligned,
+// positive strides that are multiples of 8 elements): "" if fine, else the reason, naming `name`.
+std::string check_tensor_view(const char* name, const TensorView& t);
 
 // Turns the last launch error into a Status ("<stage>: kernel launch failed: ...").
 Status launch_status(const char* stage_name);

@@ -39,6 +39,9 @@ class Stage:
     features: tuple[str, ...]
     sass: dict = field(hash=False)          # {"require": [...], "forbid": [...], "versus_parent": [...]}
     spill_budget: dict = field(hash=False)  # {"sm_80": n, ..., "why": "..."}: LDL + STL per kernel
+    # The features of the stage's backward pass (stage.json's "backward": {"features": [...]}); None for a
+    # stage without one (every stage outside the backward track).
+    backward_features: tuple[str, ...] | None = None
     stages_dir: Path = field(default=STAGES_DIR, hash=False, compare=False)
 
     @property
@@ -80,7 +83,8 @@ def load(track: str, folder_name: str, stages_dir: Path = STAGES_DIR) -> Stage:
     return Stage(name=stage_id(track, folder_name), track=track, folder_name=folder_name,
                  parent=d.get("parent") or None, idea=d["idea"], target=d["target"],
                  features=tuple(d.get("features", [])), sass=d.get("sass", {}),
-                 spill_budget=d.get("spill_budget", {}), stages_dir=stages_dir)
+                 spill_budget=d.get("spill_budget", {}), stages_dir=stages_dir,
+                 backward_features=tuple(d["backward"].get("features", [])) if "backward" in d else None)
 
 
 def load_id(name: str, stages_dir: Path = STAGES_DIR) -> Stage:
