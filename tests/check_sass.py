@@ -169,9 +169,17 @@ class Declaration:
 
     def other_kernel(self, kernel: sass.Kernel):
         """(require, forbid, why) of the other_kernels entry naming this kernel, or None."""
-        unqualified = sass.unqualified(kernel.name)
+        # The mangled source name, <length><name>, after the stage's namespace and any namespaces
+        # nested in it (backward_01_base's kernels are in bwd::, 3bwd15backward_kernel...).
+        names = [sass.unqualified(kernel.name)]
+        while True:
+            m = re.match(r"(\d+)", names[-1])
+            rest = names[-1][m.end() + int(m.group(1)):] if m else ""
+            if not rest[:1].isdigit():
+                break
+            names.append(rest)
         for name, entry in self.other_kernels.items():
-            if unqualified.startswith("%d%s" % (len(name), name)):  # the mangled source name: <length><name>
+            if any(n.startswith("%d%s" % (len(name), name)) for n in names):
                 return entry
         return None
 

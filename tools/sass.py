@@ -280,10 +280,22 @@ def find_kernel(kernels: list[Kernel], arch: str, dtype: str, head_dim: int,
     the one with every feature switch off (the common case, comparable with a parent without them),
     or with switches_on the one with every switch on."""
     matches = [k for k in kernels if k.arch == arch and k.dtype == dtype and k.head_dim == head_dim]
+    # The stage's attention kernel is in the stage's namespace itself; kernels in a namespace nested in
+    # it (backward_01_base's backward, bwd::backward_kernel and its helpers) come only where there is no
+    # other. A nested name reads <length><namespace><length><name> after the stage's namespace.
+    top_level = [k for k in matches if not _nested(unqualified(k.name))]
+    matches = top_level or matches
     if not matches:
         return None
     pick = max if switches_on else min
     return pick(matches, key=lambda k: (sum(k.flags), k.flags))
+
+
+def _nested(name: str) -> bool:
+    """Whether a mangled name (after the stage's namespace) is that of something in a nested namespace:
+    its first <length><identifier> is followed by another <length>..., not by template arguments."""
+    m = re.match(r"(\d+)", name)
+    return bool(m) and name[m.end() + int(m.group(1)):][:1].isdigit()
 
 
 def library_of(build_dir: Path, stage: str) -> Path:

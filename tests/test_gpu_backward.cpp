@@ -1,0 +1,242 @@
+// The backward track (GitHub issue 42): every registered stage with a backward launcher
+// (StageInfo::backward, common/backward.h) runs its forward with the LSE (the stage's own forward,
+// AttentionParams::lse) and then its backward, and dQ, dK, dV are checked against the fp64
+// reference with FlashAttention's rule for gradients (checker.h: check_gradient, twice the error
+// of the same backward computed in the input dtype, per batch and head), on both dtypes and head
+// dims, batch and heads > 1 with distinct data, seq_q != seq_kv both ways, one tensor layout per
+// tensor, and large scores. Every output buffer is poisoned (0xFF bytes) before the launch, so an
+// element the backward never wrote fails, and so does a write into a gap between rows. A call the
+// backward's validation rejects must launch nothing: the outputs keep their poison. Without a GPU
+// this program exits with 77 (skipped).
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/backward.h"
+#include "common/checker.h"
+#include "common/cuda_check.h"
+#include "common/harness.h"
+#include "common/reference.h"
+#include "common/registry.h"
+#include "fa_catch.h"
+#include "general_stages.h"
+#include "gpu_stages.h"
+
+using fa::DType;
+using fa::HostTensor;
+using fa::Problem;
+using fa::ProblemConfig;
+using fa::StageInfo;
+
+namespace {
+
+std::vector<const StageInfo*> backward_stages() {
+  std::vector<const StageInfo*> out;
+  for (const StageInfo* stage : fa_test::runnable_stages())
+    if (stage->backward != nullptr) out.push_back(stage);
+  return out;
+}
+
+bool backward_supports(const StageInfo& stage, DType dtype, int64_t head_dim) {
+  const fa::BackwardInfo& bwd = *stage.backward;
+  return std::count(bwd.dtypes.begin(), bwd.dtypes.end(), dtype) > 0 &&
+         std::count(bwd.head_dims.begin(), bwd.head_dims.end(), head_dim) > 0;
+}
+
+// dO and the three gradients of one problem, in device memory, each with a layout of its own.
+struct GradientBuffers {
+  fa::DeviceTensor d_o, dq, dk, dv;
+  GradientBuffers(const Problem& problem, const fa::LayoutSpec& d_o_layout, const fa::LayoutSpec& grad_layout,
+                  uint64_t seed) {
+    const ProblemConfig& c = problem.config();
+    const int64_t kv_heads = problem.kv_heads();
+    d_o = fa::DeviceTensor(fa::TensorLayout::make(c.batch, c.seq_q, c.heads, c.head_dim, d_o_layout), c.dtype);
+    dq = fa::DeviceTensor(fa::TensorLayout::make(c.batch, c.seq_q, c.heads, c.head_dim, grad_layout), c.dtype);
+    const fa::LayoutSpec kv_layout = grad_layout.padded() ? fa::LayoutSpec(grad_layout.kind, grad_layout.gap_elems + 8)
+                                                          : grad_layout;
+    dk = fa::DeviceTensor(fa::TensorLayout::make(c.batch, c.seq_kv, kv_heads, c.head_dim, kv_layout), c.dtype);
+    dv = fa::DeviceTensor(fa::TensorLayout::make(c.batch, c.seq_kv, kv_heads, c.head_dim, grad_layout), c.dtype);
+    d_o.fill_bytes(0xFF);  // gaps stay NaN: a kernel that reads them fails its check
+    d_o.fill_normal(seed, 1.0f);
+    poison();
+  }
+  void poison() {
+    dq.fill_bytes(0xFF);
+    dk.fill_bytes(0xFF);
+    dv.fill_bytes(0xFF);
+  }
+};
+
+fa::BackwardParams backward_params(Problem& problem, const GradientBuffers& g) {
+  const fa::AttentionParams f = problem.params();
+  fa::BackwardParams p;
+  p.q = f.q;
+  p.k = f.k;
+  p.v = f.v;
+  p.o = f.o;
+  p.d_o = g.d_o.view();
+  p.dq = g.dq.view();
+  p.dk = g.dk.view();
+  p.dv = g.dv.view();
+  p.lse.data = f.lse.data;
+  p.lse.batch_stride = f.lse.batch_stride;
+  p.lse.head_stride = f.lse.head_stride;
+  p.batch = f.batch;
+  p.heads = f.heads;
+  p.kv_heads = f.kv_heads;
+  p.seq_q = f.seq_q;
+  p.seq_kv = f.seq_kv;
+  p.head_dim = f.head_dim;
+  p.softmax_scale = f.softmax_scale;
+  p.causal = f.causal;
+  return p;
+}
+
+std::string describe(const ProblemConfig& c) {
+  return fa_test::describe_general(c);
+}
+
+// The stage's forward (with the LSE), then its backward; dQ, dK, dV checked. CHECK, not REQUIRE,
+// so that one run lists every failing configuration.
+void run_forward_and_backward(const StageInfo& stage, Problem& problem, const fa::LayoutSpec& d_o_layout,
+                              const fa::LayoutSpec& grad_layout, const std::string& scenario) {
+  INFO(scenario << " | stage " << stage.name << " | " << describe(problem.config()));
+  problem.poison_output();
+  const fa::Status forward = stage.launch(problem.params(), nullptr);
+  INFO("forward: " << (forward.ok() ? std::string("ok") : forward.message));
+  REQUIRE(forward.ok());
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+
+  GradientBuffers g(problem, d_o_layout, grad_layout, problem.config().seed + 1000);
+  const fa::Status backward = stage.backward->launch(backward_params(problem, g), nullptr);
+  INFO("backward: " << (backward.ok() ? std::string("ok") : backward.message));
+  REQUIRE(backward.ok());
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  FA_CUDA_CHECK(cudaGetLastError());
+
+  const HostTensor& q = problem.host_q();
+  const HostTensor& k = problem.host_k();
+  const HostTensor& v = problem.host_v();
+  const HostTensor o = problem.o().download();
+  const HostTensor d_o = g.d_o.download();
+  const bool causal = problem.config().causal;
+  const fa::BackwardFp64 ref =
+      fa::reference_backward_fp64(fa::Fp64Tensor::from(q), fa::Fp64Tensor::from(k), fa::Fp64Tensor::from(v),
+                                  fa::Fp64Tensor::from(d_o), problem.softmax_scale(), causal);
+  const fa::BackwardLowp baseline = fa::baseline_backward_lowp(q, k, v, o, d_o, problem.softmax_scale(), causal);
+  const fa::CheckResult dq = fa::check_gradient("dq", ref.dq, baseline.dq, g.dq.download());
+  const fa::CheckResult dk = fa::check_gradient("dk", ref.dk, baseline.dk, g.dk.download());
+  const fa::CheckResult dv = fa::check_gradient("dv", ref.dv, baseline.dv, g.dv.download());
+  INFO("dq: " << dq.summary());
+  INFO("dk: " << dk.summary());
+  INFO("dv: " << dv.summary());
+  CHECK(dq.passed);
+  CHECK(dk.passed);
+  CHECK(dv.passed);
+}
+
+ProblemConfig shape(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv, DType dtype, int head_dim) {
+  ProblemConfig c;
+  c.batch = batch;
+  c.heads = heads;
+  c.kv_heads = heads;
+  c.seq_q = seq_q;
+  c.seq_kv = seq_kv;
+  c.dtype = dtype;
+  c.head_dim = head_dim;
+  c.lse = true;
+  c.seed = static_cast<uint64_t>(seq_q * 7919 + seq_kv * 31 + heads * 3 + batch + head_dim);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("backward: dQ, dK, dV against the fp64 reference, both dtypes and head dims, seq_q != seq_kv",
+          "[gpu][backward]") {
+  const std::vector<const StageInfo*> stages = backward_stages();
+  REQUIRE_FALSE(stages.empty());
+  struct Sizes {
+    int64_t batch, heads, seq_q, seq_kv;
+  };
+  // batch x heads > 1 everywhere (distinct data per head shows stride bugs); one query block and
+  // one K/V block; more query blocks than K/V blocks and the other way round.
+  const Sizes sizes[] = {{2, 3, 128, 128}, {1, 2, 64, 64}, {2, 2, 64, 256}, {1, 3, 320, 64}, {2, 2, 192, 320}};
+  for (const StageInfo* stage : stages)
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+      for (int head_dim : {64, 128}) {
+        if (!backward_supports(*stage, dtype, head_dim)) continue;
+        for (const Sizes& s : sizes) {
+          Problem problem(shape(s.batch, s.heads, s.seq_q, s.seq_kv, dtype, head_dim));
+          run_forward_and_backward(*stage, problem, fa::LayoutKind::kContiguous, fa::LayoutKind::kContiguous,
+                                   "contiguous");
+        }
+      }
+}
+
+TEST_CASE("backward: every tensor its own strides (padded and head-major, poisoned gaps)", "[gpu][backward]") {
+  for (const StageInfo* stage : backward_stages())
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+      for (int head_dim : {64, 128}) {
+        if (!backward_supports(*stage, dtype, head_dim)) continue;
+        ProblemConfig config = shape(2, 3, 128, 192, dtype, head_dim);
+        config.layout = fa::ProblemLayout::mixed();
+        Problem problem(config);
+        run_forward_and_backward(*stage, problem, fa::LayoutSpec(fa::LayoutKind::kPadded, 16),
+                                 fa::LayoutSpec(fa::LayoutKind::kHeadMajorPadded, 8), "mixed layout");
+      }
+}
+
+TEST_CASE("backward: large scores (k scaled by 8: a peaked softmax) and a non-default scale", "[gpu][backward]") {
+  for (const StageInfo* stage : backward_stages())
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+      for (int head_dim : {64, 128}) {
+        if (!backward_supports(*stage, dtype, head_dim)) continue;
+        Problem peaked(shape(1, 2, 128, 256, dtype, head_dim));
+        fa_test::k_times_8(peaked);
+        run_forward_and_backward(*stage, peaked, fa::LayoutKind::kContiguous, fa::LayoutKind::kContiguous,
+                                 "k x 8");
+        ProblemConfig config = shape(2, 2, 64, 128, dtype, head_dim);
+        config.softmax_scale = 0.3f;
+        Problem scaled(config);
+        run_forward_and_backward(*stage, scaled, fa::LayoutKind::kContiguous, fa::LayoutKind::kContiguous,
+                                 "softmax_scale 0.3");
+      }
+}
+
+TEST_CASE("backward: a rejected call launches nothing (the outputs keep their poison)", "[gpu][backward]") {
+  for (const StageInfo* stage : backward_stages()) {
+    const fa::BackwardInfo& bwd = *stage->backward;
+    Problem problem(shape(1, 2, 2 * bwd.block_q, 2 * bwd.block_kv, bwd.dtypes.front(), bwd.head_dims.front()));
+    REQUIRE(stage->launch(problem.params(), nullptr).ok());
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    GradientBuffers g(problem, fa::LayoutKind::kContiguous, fa::LayoutKind::kContiguous, 5);
+    const auto expect_rejected = [&](const char* what, const fa::BackwardParams& p) {
+      g.poison();
+      const fa::Status s = bwd.launch(p, nullptr);
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      INFO(stage->name << ": " << what << ": " << s.message);
+      CHECK_FALSE(s.ok());
+      for (const fa::DeviceTensor* t : {&g.dq, &g.dk, &g.dv}) {
+        const HostTensor out = t->download();
+        CHECK(std::all_of(out.raw.begin(), out.raw.end(), [](uint16_t x) { return x == 0xFFFF; }));
+      }
+    };
+    fa::BackwardParams p = backward_params(problem, g);
+    p.lse.data = nullptr;
+    expect_rejected("no LSE", p);
+    p = backward_params(problem, g);
+    p.seq_kv = bwd.block_kv + 1;  // shorter than the tensors: nothing is read past them
+    if ((bwd.features & fa::kFeatureAnyLength) == 0) expect_rejected("seq_kv not a block multiple", p);
+    p = backward_params(problem, g);
+    p.causal = true;
+    if ((bwd.features & fa::kFeatureCausal) == 0) expect_rejected("causal", p);
+    p = backward_params(problem, g);
+    p.head_dim = 96;
+    expect_rejected("head_dim 96", p);
+    p = backward_params(problem, g);
+    p.dk.seq_stride += 4;
+    expect_rejected("misaligned dk stride", p);
+  }
+}
