@@ -72,7 +72,12 @@ def provenance(meta, csv_path):
     for key, label in (("driver", "driver"), ("cuda", "CUDA"), ("torch", "PyTorch"), ("date", ""), ("git", "git")):
         if meta.get(key):
             parts.append((label + " " if label else "") + meta[key])
-    return ", ".join(parts) + "; from " + os.path.basename(csv_path)
+    text = ", ".join(parts) + "; from " + os.path.basename(csv_path)
+    # One line up to what fits under a 1000-pixel plot at this size; else the source on a line of its own.
+    return text if len(text) <= PROVENANCE_LINE_CHARS else ", ".join(parts) + ";\nfrom " + os.path.basename(csv_path)
+
+
+PROVENANCE_LINE_CHARS = 150
 
 
 def fmt_tflops(value):
@@ -102,12 +107,13 @@ def finish(fig, ax, height_in, meta, csv_path, fontsize):
     inches whatever the figure's height; then the layout."""
     handles, labels = ax.get_legend_handles_labels()
     legend_in = 0.22 * ((len(handles) + 1) // 2) * fontsize / 8.0 if handles else 0.0
+    source = provenance(meta, csv_path)
+    source_in = 0.11 * source.count("\n")  # a second line of 6.5-point text
     if handles:
-        fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.2 / height_in), ncol=2,
+        fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, (0.2 + source_in) / height_in), ncol=2,
                    fontsize=fontsize, frameon=False)
-    fig.text(0.01, 0.03 / height_in, provenance(meta, csv_path), fontsize=6.5, color="#666666", ha="left",
-             va="bottom")
-    fig.tight_layout(rect=(0, (0.25 + legend_in) / height_in, 1, 1))
+    fig.text(0.01, 0.03 / height_in, source, fontsize=6.5, color="#666666", ha="left", va="bottom")
+    fig.tight_layout(rect=(0, (0.25 + source_in + legend_in) / height_in, 1, 1))
 
 
 def plot_track(plot, meta, csv_path, path):
