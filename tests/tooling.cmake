@@ -58,6 +58,13 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_decode_bench.py)
   set_tests_properties(test_decode_bench PROPERTIES LABELS cpu SKIP_RETURN_CODE 77)
 
+  # The backward benchmark (tools/backward_bench.py): the FLOP count, the CSV and its ratios, the
+  # options, the dry run, and a whole run on a fake PyTorch and library (the forward outside every
+  # timed region, no time for a failed check), without a GPU.
+  add_test(NAME test_backward_bench
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_backward_bench.py)
+  set_tests_properties(test_backward_bench PROPERTIES LABELS cpu)
+
   # tools/schedule_model.py: the static schedules' counts that the pages of hopper_08_causal,
   # hopper_09_three_warpgroups and ampere_17_lpt_order quote.
   add_test(NAME test_schedule_model
