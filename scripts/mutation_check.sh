@@ -27,6 +27,13 @@
 #        any_length, causal, gqa, lse, alibi
 #                   tests/test_gpu_<check>: the general-attention tests, for a stage that declares
 #                   the feature (the mutants in tests/mutants/ampere_15_alibi/ are written for those)
+#        backward   tests/test_gpu_backward: the stage's forward with the LSE, then its backward, dQ,
+#                   dK and dV against the fp64 reference (for a stage with a backward launcher; the
+#                   mutants in tests/mutants/backward_01_base/ are written for it)
+#        backward_racecheck
+#                   compute-sanitizer --tool racecheck on tests/test_gpu_backward's mixed-layout case
+#                   (shared-memory races in the forward's and the backward's kernels); without a
+#                   compute-sanitizer it is left out, as racecheck is
 # Copying the whole build tree per mutant would not work: ninja keeps a hash of every command it
 # ran, and every command of a copy names other paths, so the copy would rebuild everything.
 #
@@ -38,7 +45,8 @@
 #   --mutants DIR      the folder of *.patch files                                  [tests/mutants]
 #   --only A,B         only these mutants (file names without .patch)
 #   --checks LIST      comma list of stages, hardening, racecheck, any_length, causal, gqa, lse,
-#                      alibi                                            [stages,hardening,racecheck]
+#                      alibi, backward, backward_racecheck              [stages,hardening,racecheck]
+#                      (a backward stage's mutants need backward: the others test its forward)
 #   --jobs N           mutants built and checked at once                          [number of cores]
 #   --timeout S        seconds per check program; a check that runs longer is killed, 10 s after
 #                      a TERM, and counts as a hang                                           [120]
@@ -114,9 +122,10 @@ done
 IFS=, read -r -a checks <<<"$checks_arg"
 ((${#checks[@]})) || die 2 "--checks is empty"
 general_checks=(any_length causal gqa lse alibi)
+backward_checks=(backward backward_racecheck)
 for check in "${checks[@]}"; do
-  [[ " stages hardening racecheck ${general_checks[*]} " == *" $check "* ]] ||
-    die 2 "unknown check '$check' (known: stages, hardening, racecheck, ${general_checks[*]})"
+  [[ " stages hardening racecheck ${general_checks[*]} ${backward_checks[*]} " == *" $check "* ]] ||
+    die 2 "unknown check '$check' (known: stages, hardening, racecheck, ${general_checks[*]}, ${backward_checks[*]})"
 done
 
 # Relative paths are the caller's; everything below uses absolute ones.
@@ -175,6 +184,7 @@ ninja_program=$(cache_value CMAKE_MAKE_PROGRAM)
 # The program each check runs: its ninja target, and its file name in a mutant's bin/ folder.
 declare -A program_of_check=([stages]=test_gpu_stages [hardening]=test_gpu_hardening [racecheck]=$stage)
 for check in "${general_checks[@]}"; do program_of_check[$check]=test_gpu_$check; done
+for check in "${backward_checks[@]}"; do program_of_check[$check]=test_gpu_backward; done
 targets=()
 for check in "${checks[@]}"; do
   [[ " ${targets[*]} " == *" ${program_of_check[$check]} "* ]] || targets+=("${program_of_check[$check]}")
@@ -219,6 +229,30 @@ rewrite() {
   fi
   command_ref=${command_ref//"$2"/"$3"}
 }
+
+# compute-sanitizer for backward_racecheck, looked for as scripts/sanitize.sh looks for it (COMPUTE_SANITIZER,
+# PATH, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, nvcc's folder); empty when there is none.
+find_sanitizer() {
+  if [[ -n ${COMPUTE_SANITIZER:-} ]]; then
+    echo "$COMPUTE_SANITIZER"
+    return
+  fi
+  local candidates=() c nvcc
+  c=$(command -v compute-sanitizer 2>/dev/null) && candidates+=("$c")
+  [[ -n ${CUDA_HOME:-} ]] && candidates+=("$CUDA_HOME/bin/compute-sanitizer")
+  [[ -n ${CUDA_PATH:-} ]] && candidates+=("$CUDA_PATH/bin/compute-sanitizer")
+  candidates+=(/usr/local/cuda/bin/compute-sanitizer)
+  nvcc=$(command -v nvcc 2>/dev/null || echo "${CUDACXX:-}")
+  [[ -n $nvcc ]] && candidates+=("$(dirname "$nvcc")/compute-sanitizer")
+  for c in "${candidates[@]}"; do
+    if [[ -e $c ]]; then
+      echo "$c"
+      return
+    fi
+  done
+}
+sanitizer=""
+[[ " ${checks[*]} " == *" backward_racecheck "* ]] && sanitizer=$(find_sanitizer)
 
 # ---- scratch ------------------------------------------------------------------------------------------
 if [[ -n $work_dir ]]; then
@@ -403,6 +437,18 @@ run_check() {
     stages) cmd=("$dir/bin/test_gpu_stages") ;;
     hardening) cmd=("$dir/bin/test_gpu_hardening" "~[huge]") ;;
     any_length | causal | gqa | lse | alibi) cmd=("$dir/bin/test_gpu_$check") ;;
+    backward) cmd=("$dir/bin/test_gpu_backward") ;;
+    backward_racecheck)
+      if [[ -z $sanitizer ]]; then
+        echo "skipped no compute-sanitizer (set COMPUTE_SANITIZER, or put the CUDA toolkit's bin folder on PATH)" >"$dir/$check.result"
+        echo 0 >"$dir/$check.seconds"
+        echo "---- check $check: skipped, no compute-sanitizer" >>"$log_dir/$name.log"
+        return
+      fi
+      # Exit 86 (--error-exitcode) when racecheck reports a hazard; the test's own failures keep theirs.
+      cmd=("$sanitizer" --tool racecheck --error-exitcode 86 "$dir/bin/test_gpu_backward"
+        "backward: every tensor its own strides*")  # the test's name up to its comma (a comma splits Catch2's test spec)
+      ;;
     racecheck)
       cmd=(bash "$src/scripts/sanitize.sh" --tool racecheck --stage "$stage" --fa-run "$dir/bin/$stage"
         --log-dir "$log_dir/$name.racecheck")
@@ -423,6 +469,11 @@ run_check() {
       local details
       if [[ $check == racecheck ]]; then
         details=$(sanitizer_failures "$out")
+      elif [[ $check == backward_racecheck ]]; then
+        details=$(grep -m 1 -oE 'RACECHECK SUMMARY: .*' "$out")
+        local cases
+        cases=$(failed_cases "$out")
+        [[ -n $cases ]] && details+="${details:+; }$cases"
       else
         details=$(failed_cases "$out")
       fi
@@ -543,11 +594,11 @@ for check in "${checks[@]}"; do
       ;;
     skipped*)
       # No GPU: nothing can run. No compute-sanitizer: the other checks still can.
-      [[ $check == racecheck ]] || {
+      [[ $check == racecheck || $check == backward_racecheck ]] || {
         echo "SKIPPED: the baseline's $check says: ${result#skipped }"
         exit 77
       }
-      say "racecheck is left out: ${result#skipped }"
+      say "$check is left out: ${result#skipped }"
       ;;
     *)
       die 1 "the baseline (unmutated $stage) fails $check: $result -- every mutant would be 'caught'; see $log_dir/$baseline.log"
