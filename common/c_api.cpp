@@ -74,6 +74,7 @@ extern "C" int fa_capi_launch(const char* stage_name, const FaCapiParams* c, voi
   p.alibi.batch_stride = c->alibi_batch_stride;
   p.causal = c->causal != 0;
   p.num_splits = c->num_splits;
+  p.seqlens_k = c->seqlens_k;
   const fa::Status status = stage->launch(p, static_cast<cudaStream_t>(stream));
   if (!status.ok()) {
     write_message(message, capacity, status.message);

@@ -28,7 +28,8 @@ typedef struct {
   int64_t lse_batch_stride, lse_head_stride;
   const float* alibi;  // NULL: no ALiBi
   int64_t alibi_batch_stride;
-  int32_t num_splits;  // 0: the stage chooses; > 0 only for stages that declare "split_kv"
+  int32_t num_splits;        // 0: the stage chooses; > 0 only for stages that declare "split_kv"
+  const int32_t* seqlens_k;  // NULL: every sequence has seq_kv keys; else int32 [batch], device memory
 } FaCapiParams;
 
 // sizeof(FaCapiParams) as this library was compiled: a binding checks its own copy of the struct.

@@ -190,6 +190,17 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
         << "not declare the feature \"split_kv\"; leave num_splits 0)";
     return Status::error(err.str());
   }
+  if (p.seqlens_k != nullptr) {
+    if (reinterpret_cast<uintptr_t>(p.seqlens_k) % alignof(int32_t) != 0) {
+      err << "seqlens_k pointer is not 4-byte aligned";
+      return Status::error(err.str());
+    }
+    if ((stage.features & kFeatureSeqlensK) == 0) {
+      err << "per-sequence key lengths (seqlens_k) are not supported by this stage (it does not declare the "
+             "feature \"seqlens_k\"; leave seqlens_k null)";
+      return Status::error(err.str());
+    }
+  }
   // Positive, not just non-zero: the stages from ampere_07_fast_softmax on take the row max of the
   // unscaled scores, which is the max of the scaled scores only when the scale is positive.
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.0f) {

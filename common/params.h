@@ -85,6 +85,15 @@ struct AttentionParams {
   // exactly this many, some of them empty when there are more splits than K/V blocks. The result
   // is the same softmax either way, up to fp32 rounding; tests force it to reach every split count.
   int num_splits = 0;  // 0: the stage chooses; > 0 only for stages that declare "split_kv"
+  // Per-sequence key/value lengths, as an inference server keeps its KV cache: int32 [batch] in
+  // device memory, or nullptr (the default): every sequence has seq_kv keys. Batch b's keys are
+  // rows 0 .. seqlens_k[b] - 1 of its K and V, which are allocated for seq_kv, the longest; the rest
+  // of the rows are never read. Causal aligns each sequence's queries to the bottom-right of its own
+  // length (query i sees keys j <= i + seqlens_k[b] - seq_q), and a sequence of length 0 outputs
+  // zeros and an LSE of -inf. The host cannot read the lengths (device memory, possibly still being
+  // written on the launch stream): a kernel clamps each to [0, seq_kv], so an out-of-range value
+  // reads no memory outside K and V. 4-byte aligned; only for stages that declare "seqlens_k".
+  const int32_t* seqlens_k = nullptr;
 };
 
 // The most splits a caller may ask for: more than any GPU has SMs to fill, few enough that a split
@@ -110,6 +119,7 @@ enum Feature : unsigned {
   kFeatureLse = 1u << 3,        // the log-sum-exp output
   kFeatureAlibi = 1u << 4,      // ALiBi position bias
   kFeatureSplitKv = 1u << 5,    // the keys split across thread blocks; AttentionParams::num_splits
+  kFeatureSeqlensK = 1u << 6,   // per-sequence key/value lengths; AttentionParams::seqlens_k
 };
 namespace detail {
 constexpr bool same_text(const char* a, const char* b) {
@@ -118,13 +128,14 @@ constexpr bool same_text(const char* a, const char* b) {
 }  // namespace detail
 // The bit of a feature named in stage.json; an unknown name does not compile.
 constexpr unsigned feature_bit(const char* name) {
-  return detail::same_text(name, "any_length") ? kFeatureAnyLength
-         : detail::same_text(name, "causal")   ? kFeatureCausal
-         : detail::same_text(name, "gqa")      ? kFeatureGqa
-         : detail::same_text(name, "lse")      ? kFeatureLse
-         : detail::same_text(name, "alibi")    ? kFeatureAlibi
-         : detail::same_text(name, "split_kv") ? kFeatureSplitKv
-                                               : throw "unknown feature name in stage.json";
+  return detail::same_text(name, "any_length")  ? kFeatureAnyLength
+         : detail::same_text(name, "causal")    ? kFeatureCausal
+         : detail::same_text(name, "gqa")       ? kFeatureGqa
+         : detail::same_text(name, "lse")       ? kFeatureLse
+         : detail::same_text(name, "alibi")     ? kFeatureAlibi
+         : detail::same_text(name, "split_kv")  ? kFeatureSplitKv
+         : detail::same_text(name, "seqlens_k") ? kFeatureSeqlensK
+                                                : throw "unknown feature name in stage.json";
 }
 
 // What a stage is; the registry, runner, tests and benchmark read only this.

@@ -21,5 +21,8 @@ fa_add_cpu_test(test_gqa_packing test_gqa_packing.cpp)
 # O and the LSE against the fp64 reference: causal (rows and whole splits that see no key), GQA
 # 32:8 and MQA 32:1, the mixed layout, two streams at once; every other stage rejects num_splits.
 # GQA packing: groups of 1 to 32 query heads at seq_q 1 to 16, causal, groups that do not divide the
-# tile, every (head, token) row attending to a key of its own. Skipped without a GPU.
+# tile, every (head, token) row attending to a key of its own. Per-sequence key lengths
+# (decode_03_seqlens_k on; tag [seqlens_k]): lengths 0, 1, 63, 64, 65 and longer mixed in one batch,
+# causal, GQA packed, forced split counts, the LSE, out-of-range lengths, each sequence against the
+# fp64 reference of its own length; every other stage rejects seqlens_k. Skipped without a GPU.
 fa_add_gpu_test(test_gpu_decode test_gpu_decode.cpp)

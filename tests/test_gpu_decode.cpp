@@ -19,12 +19,18 @@
 // alignment, groups that fill one tile, several and a part of one; the case where every (head,
 // token) row attends to a key of its own, so a row read, masked or written as another head's or
 // token's fails by the size of V.
-// Every stage that does not declare split_kv must reject num_splits != 0 and write nothing. Without
-// a GPU this program exits with 77 (skipped).
+// Every stage that does not declare split_kv must reject num_splits != 0 and write nothing.
+// Per-sequence key lengths (AttentionParams::seqlens_k; decode_03_seqlens_k on): lengths 0, 1, 63,
+// 64, 65 and longer mixed in one batch, causal at seq_q 1 and 8 (lengths below seq_q: rows that see
+// no key), GQA packed, forced split counts, the LSE, out-of-range lengths (clamped), each sequence
+// checked against the fp64 reference of its own length; the K/V rows past a sequence's length hold
+// NaN, so a kernel that reads one fails. Every stage that does not declare seqlens_k must reject it
+// and write nothing. Without a GPU this program exits with 77 (skipped).
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,14 +129,14 @@ std::string shape_name(int64_t seq_q, int64_t seq_kv, bool causal) {
   return "seq_q " + std::to_string(seq_q) + ", seq_kv " + std::to_string(seq_kv) + (causal ? ", causal" : "");
 }
 
-
-
 // Each query row (b, h, t) becomes twice the key it is to pick, key j = (37 h + 11 t) mod (keys t
 // sees): its score (2 |k_j|^2 scale, about 23 at head_dim 128 and 16 at 64) leads every other by
 // far, so O's row is about V's row j and its LSE about that score. Every (head, token) of a packed
 // tile picks another key: a row that takes another row's Q, K/V head, causal bound or place in O or
 // the LSE is off by about the size of V, not by rounding.
-void rows_pick_their_own_keys(fa::Problem& problem) {
+// With per-sequence lengths (seqlens_k, clamped as the kernel does; empty: seq_kv), the keys each
+// sequence's own length lets a row see.
+void rows_pick_keys_within(fa::Problem& problem, const std::vector<int32_t>& seqlens) {
   fa::HostTensor q = problem.host_q();
   const fa::HostTensor& k = problem.host_k();
   const fa::TensorLayout& l = q.layout;
@@ -138,7 +144,11 @@ void rows_pick_their_own_keys(fa::Problem& problem) {
   const int64_t group = c.heads / problem.kv_heads();
   for (int64_t b = 0; b < l.batch; ++b)
     for (int64_t t = 0; t < l.seq; ++t) {
-      const int64_t keys_seen = c.causal ? std::min(t + c.seq_kv - c.seq_q + 1, c.seq_kv) : c.seq_kv;
+      const int64_t seq_kv =
+          seqlens.empty()
+              ? c.seq_kv
+              : std::min<int64_t>(std::max<int64_t>(seqlens[static_cast<size_t>(b)], 0), c.seq_kv);
+      const int64_t keys_seen = c.causal ? std::min(t + seq_kv - c.seq_q + 1, seq_kv) : seq_kv;
       for (int64_t h = 0; h < l.heads; ++h) {
         if (keys_seen <= 0) continue;  // a row that sees no key: O = 0 whatever Q is
         const int64_t key = (37 * h + 11 * t) % keys_seen;
@@ -148,8 +158,151 @@ void rows_pick_their_own_keys(fa::Problem& problem) {
   problem.set_inputs(q, problem.host_k(), problem.host_v());
 }
 
+void rows_pick_their_own_keys(fa::Problem& problem) {
+  rows_pick_keys_within(problem, {});
+}
+
 int64_t written_elements(const HostTensor& o) {
   return static_cast<int64_t>(o.raw.size()) - std::count(o.raw.begin(), o.raw.end(), uint16_t{0xFFFF});
+}
+
+// ------------------------------ per-sequence key lengths ------------------------------
+
+std::vector<const StageInfo*> seqlens_stages() {
+  return fa_test::stages_with(fa::kFeatureSeqlensK, "seqlens_k");
+}
+
+// The length the kernel uses for a requested one: clamped to [0, seq_kv] (params.h).
+int64_t clamped_length(int32_t requested, int64_t seq_kv) {
+  return std::min<int64_t>(std::max<int64_t>(requested, 0), seq_kv);
+}
+
+// Batch b's first `seq` rows of a [batch, seq, heads, head_dim] host tensor, as a contiguous batch of
+// one (seq may be 0).
+HostTensor sequence_rows(const HostTensor& t, int64_t b, int64_t seq) {
+  HostTensor out;
+  out.dtype = t.dtype;
+  fa::TensorLayout& l = out.layout;
+  l.batch = 1;
+  l.seq = seq;
+  l.heads = t.layout.heads;
+  l.head_dim = t.layout.head_dim;
+  l.head_stride = l.head_dim;
+  l.seq_stride = l.heads * l.head_dim;
+  l.batch_stride = seq * l.seq_stride;
+  l.storage_elems = l.batch_stride;
+  out.raw.resize(static_cast<size_t>(l.storage_elems));
+  for (int64_t s = 0; s < seq; ++s)
+    for (int64_t h = 0; h < l.heads; ++h)
+      for (int64_t d = 0; d < l.head_dim; ++d)
+        out.raw[static_cast<size_t>(l.offset(0, s, h, d))] =
+            t.raw[static_cast<size_t>(t.layout.offset(b, s, h, d))];
+  return out;
+}
+
+// The fp64 reference of a batch whose sequences have their own key lengths: each sequence's query
+// rows against the first clamped_length(seqlens[b]) keys of its K and V, exactly as the reference
+// computes one sequence of that length (causal: bottom-right aligned to it; length 0: O = 0, LSE -inf).
+fa::ReferenceRows reference_per_sequence(Problem& problem, const std::vector<int32_t>& seqlens,
+                                         const fa::CheckOptions& options) {
+  const HostTensor &q = problem.host_q(), &k = problem.host_k(), &v = problem.host_v();
+  fa::ReferenceRows all;
+  for (int64_t b = 0; b < q.layout.batch; ++b) {
+    const int64_t keys = clamped_length(seqlens[static_cast<size_t>(b)], k.layout.seq);
+    fa::ReferenceRows one = fa::compute_reference_rows(
+        sequence_rows(q, b, q.layout.seq), sequence_rows(k, b, keys), sequence_rows(v, b, keys),
+        problem.softmax_scale(), options, problem.config().causal);
+    for (auto& row : one.rows) row.b = b;
+    all.rows.insert(all.rows.end(), one.rows.begin(), one.rows.end());
+    all.ref.insert(all.ref.end(), one.ref.begin(), one.ref.end());
+    all.baseline.insert(all.baseline.end(), one.baseline.begin(), one.baseline.end());
+    all.lse.insert(all.lse.end(), one.lse.begin(), one.lse.end());
+    all.max_score.insert(all.max_score.end(), one.max_score.begin(), one.max_score.end());
+    all.baseline_lse.insert(all.baseline_lse.end(), one.baseline_lse.begin(), one.baseline_lse.end());
+    all.inputs_finite = all.inputs_finite && one.inputs_finite;
+  }
+  return all;
+}
+
+// K and V rows at and past each sequence's length become NaN: a kernel that reads one (a key it
+// should not see, or V behind a probability of 0: 0 x NaN is NaN) writes NaN there.
+void poison_past_lengths(Problem& problem, const std::vector<int32_t>& seqlens) {
+  HostTensor k = problem.host_k(), v = problem.host_v();
+  const fa::TensorLayout& l = k.layout;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t b = 0; b < l.batch; ++b)
+    for (int64_t s = clamped_length(seqlens[static_cast<size_t>(b)], l.seq); s < l.seq; ++s)
+      for (int64_t h = 0; h < l.heads; ++h)
+        for (int64_t d = 0; d < l.head_dim; ++d) {
+          k.set(b, s, h, d, nan);
+          v.set(b, s, h, d, nan);
+        }
+  problem.set_inputs(problem.host_q(), k, v);
+}
+
+// The lengths in device memory, for one launch after another.
+class DeviceLengths {
+ public:
+  explicit DeviceLengths(const std::vector<int32_t>& lengths) {
+    FA_CUDA_CHECK(cudaMalloc(&data_, lengths.size() * sizeof(int32_t)));
+    FA_CUDA_CHECK(
+        cudaMemcpy(data_, lengths.data(), lengths.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  ~DeviceLengths() { cudaFree(data_); }
+  DeviceLengths(const DeviceLengths&) = delete;
+  DeviceLengths& operator=(const DeviceLengths&) = delete;
+  const int32_t* data() const { return data_; }
+
+ private:
+  int32_t* data_ = nullptr;
+};
+
+std::string describe_lengths(const std::vector<int32_t>& seqlens) {
+  std::string text = "seqlens_k {";
+  for (size_t i = 0; i < seqlens.size(); ++i) text += (i ? ", " : "") + std::to_string(seqlens[i]);
+  return text + "}";
+}
+
+// Every stage that declares seqlens_k on the problem `config` describes (config.batch sequences of
+// seq_kv keys at most) with these per-sequence lengths, at each split count in `counts`, in both
+// dtypes and head dims: O and the LSE against the per-sequence fp64 reference.
+void check_seqlens_stages(const std::string& scenario, ProblemConfig config,
+                          const std::vector<int32_t>& seqlens, const std::vector<int>& counts,
+                          const fa_test::EditInputs& edit = nullptr) {
+  REQUIRE(static_cast<int64_t>(seqlens.size()) == config.batch);
+  config.lse = true;
+  const fa::CheckOptions options = fa_test::general_check_options();
+  const DeviceLengths lengths(seqlens);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (int head_dim : {64, 128}) {
+      config.dtype = dtype;
+      config.head_dim = head_dim;
+      Problem problem(config);
+      if (edit) edit(problem);
+      poison_past_lengths(problem, seqlens);
+      const fa::ReferenceRows reference = reference_per_sequence(problem, seqlens, options);
+      for (const StageInfo* stage : seqlens_stages()) {
+        if (!fa_test::supports(*stage, dtype, head_dim)) continue;
+        for (int num_splits : counts) {
+          problem.poison_output();
+          fa::AttentionParams params = problem.params();
+          params.num_splits = num_splits;
+          params.seqlens_k = lengths.data();
+          fa::RunResult run = fa::finish_launch(*stage, problem, stage->launch(params, nullptr), nullptr);
+          if (run.status.ok()) {
+            run.check = fa::check_against_reference(reference, run.output, options);
+            run.lse_check = fa::check_lse_against_reference(reference, run.lse, options);
+          }
+          INFO(scenario << " | stage " << stage->name << " | " << describe(config) << " | "
+                        << describe_lengths(seqlens) << " | num_splits " << num_splits);
+          INFO("launch: " << (run.status.ok() ? std::string("ok") : run.status.message));
+          INFO("check: " << run.check.summary());
+          INFO("lse check: " << run.lse_check.summary());
+          CHECK(run.passed());
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -410,4 +563,89 @@ TEST_CASE("decode: num_splits out of range is rejected before anything runs", "[
       CHECK(written_elements(problem.o().download()) == 0);
     }
   }
+}
+
+TEST_CASE(
+    "decode: per-sequence key lengths 0, 1, 63, 64, 65 and 1000 in one batch, every kind of split count",
+    "[gpu][decode][seqlens_k]") {
+  // Around the K/V block of 64: one key, a block but one, a whole block, a block and one key; 0 (O =
+  // 0, LSE = -inf); the cache's longest, 1000. Causal at seq_q 8: the sequences of 0, 1 and 3 keys
+  // have rows that see no key (query i sees keys j <= i + length - 8). 64 splits: more than any
+  // sequence's 16 blocks, so most splits of every sequence are empty; 2, 3, 7: unequal runs of each
+  // sequence's own blocks.
+  const std::vector<int32_t> lengths = {0, 1, 63, 64, 65, 1000, 3};
+  for (int64_t seq_q : {1, 8})
+    for (bool causal : {false, true})
+      check_seqlens_stages("mixed lengths, " + shape_name(seq_q, 1000, causal),
+                           decode_shape(7, 3, 3, seq_q, 1000, causal), lengths, {0, 1, 2, 3, 7, 64});
+}
+
+TEST_CASE("decode: per-sequence key lengths, every sequence one length (0, 1, 63, 64, 65, all of seq_kv)",
+          "[gpu][decode][seqlens_k]") {
+  for (int32_t length : {0, 1, 63, 64, 65, 130})
+    for (bool causal : {false, true})
+      check_seqlens_stages(
+          "every sequence " + std::to_string(length) + " keys, " + shape_name(8, 130, causal),
+          decode_shape(2, 3, 3, 8, 130, causal), {length, length}, {0, 1, 3});
+}
+
+TEST_CASE("decode: per-sequence key lengths with GQA packing (32 heads on 8 and on 1 K/V head)",
+          "[gpu][decode][seqlens_k][gqa][packing]") {
+  // Packed tiles of 4 to 256 rows, each row a (head, token) of its sequence; every row picks a key
+  // of its own among those its sequence's length lets it see, so a row mixed up fails by the size
+  // of V.
+  const std::vector<int32_t> lengths = {4097, 0, 65, 1000};
+  for (int64_t kv_heads : {8, 1})
+    for (int64_t seq_q : {1, 8})
+      for (bool causal : {false, true})
+        check_seqlens_stages("GQA packing, 32 heads, kv_heads " + std::to_string(kv_heads) + ", " +
+                                 shape_name(seq_q, 4097, causal),
+                             decode_shape(4, 32, kv_heads, seq_q, 4097, causal), lengths, {0, 1, 3, 64},
+                             [&](fa::Problem& problem) { rows_pick_keys_within(problem, lengths); });
+}
+
+TEST_CASE("decode: per-sequence key lengths in the mixed layout, and lengths out of range (clamped)",
+          "[gpu][decode][seqlens_k]") {
+  for (bool causal : {false, true}) {
+    ProblemConfig config = decode_shape(3, 4, 2, 8, 1000, causal);
+    config.layout = fa::ProblemLayout::mixed();
+    check_seqlens_stages("mixed layout, " + shape_name(8, 1000, causal), config, {999, 64, 7}, {0, 1, 5});
+    // -5 reads as 0 keys, 5000 as all 1000 (params.h: the kernel clamps to [0, seq_kv]).
+    check_seqlens_stages("lengths out of range, " + shape_name(8, 1000, causal),
+                         decode_shape(3, 3, 3, 8, 1000, causal), {-5, 5000, 100}, {0, 1, 3});
+  }
+}
+
+TEST_CASE("decode: q = 0 with per-sequence lengths, so every LSE is exactly log(its own keys seen)",
+          "[gpu][decode][seqlens_k][lse]") {
+  for (bool causal : {false, true})
+    check_seqlens_stages("q = 0, " + shape_name(8, 4097, causal), decode_shape(4, 3, 3, 8, 4097, causal),
+                         {4097, 1, 640, 2049}, {0, 1, 2, 7, 64}, fa_test::q_zero);
+}
+
+TEST_CASE("decode: a stage that does not declare seqlens_k rejects it and writes nothing", "[gpu][decode]") {
+  int rejecting = 0;
+  const DeviceLengths lengths({1, 1});
+  for (const StageInfo* stage : fa_test::runnable_stages()) {
+    if (stage->features & fa::kFeatureSeqlensK) continue;
+    ProblemConfig config;
+    config.batch = 2;
+    config.heads = 2;
+    config.seq_q = config.seq_kv = 2 * std::max(stage->block_q, stage->block_kv);
+    config.head_dim = stage->head_dims.front();
+    config.dtype = stage->dtypes.front();
+    Problem problem(config);
+    problem.poison_output();
+    fa::AttentionParams params = problem.params();
+    params.seqlens_k = lengths.data();
+    const fa::Status status = stage->launch(params, nullptr);
+    INFO("stage " << stage->name << ": " << status.message);
+    REQUIRE_FALSE(status.ok());
+    CHECK(status.message.find(stage->name) != std::string::npos);
+    CHECK(status.message.find("\"seqlens_k\"") != std::string::npos);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(written_elements(problem.o().download()) == 0);
+    ++rejecting;
+  }
+  if (rejecting == 0) fa_test::skip("no stage under test lacks seqlens_k");
 }

@@ -116,6 +116,14 @@ std::vector<InvalidCase> invalid_cases() {
        "num_splits " + std::to_string(fa::kMaxNumSplits + 1)},
       {"num_splits 2 (forced split-KV)", [](AttentionParams& p, const StageInfo&) { p.num_splits = 2; },
        "\"split_kv\"", fa::kFeatureSplitKv},
+      // seqlens_k: per-sequence key lengths only where the stage declares them; never misaligned.
+      // (The pointers are fake: validation reads no length, the host cannot.)
+      {"seqlens_k given (per-sequence key lengths)",
+       [](AttentionParams& p, const StageInfo&) { p.seqlens_k = reinterpret_cast<const int32_t*>(0x2000); },
+       "\"seqlens_k\"", fa::kFeatureSeqlensK},
+      {"seqlens_k misaligned (0x2002)",
+       [](AttentionParams& p, const StageInfo&) { p.seqlens_k = reinterpret_cast<const int32_t*>(0x2002); },
+       "seqlens_k pointer is not 4-byte aligned"},
   };
   // Zero and negative sizes, one field at a time.
   const std::pair<const char*, int64_t AttentionParams::*> sizes[] = {
@@ -212,6 +220,21 @@ TEST_CASE("every launcher rejects invalid parameters before touching the GPU", "
       }
     }
   }
+}
+
+TEST_CASE("a stage that declares seqlens_k accepts an aligned pointer (checked, not launched)",
+          "[validation]") {
+  int declaring = 0;
+  for (const StageInfo* stage : fa::registered_stages()) {
+    if ((stage->features & fa::kFeatureSeqlensK) == 0) continue;
+    AttentionParams p = valid_params(*stage);
+    p.seqlens_k = reinterpret_cast<const int32_t*>(0x2000);
+    const fa::Status status = fa::validate_params(p, *stage);
+    INFO("stage " << stage->name << ": " << status.message);
+    CHECK(status.ok());
+    ++declaring;
+  }
+  CHECK(declaring > 0);  // decode_03_seqlens_k at least
 }
 
 TEST_CASE("a grid of exactly 2^31-1 blocks is still valid (checked, not launched)", "[validation]") {
