@@ -123,10 +123,25 @@ def test_good_calls():
     check(_checks.kernel_strides(Tensor((2, 5, 3, 64))) == (960, 192, 64), "kernel_strides keeps real strides")
 
 
+def test_seqlens_k():
+    q, k, v = qkv()
+    call = _checks.check_attention(q, k, v, causal=True, seqlens_k=Tensor((2,), dtype="torch.int32"))
+    check(call.features == frozenset({"causal", "seqlens_k"}) and call.seq_kv == 130,
+          "an int32 [batch] seqlens_k on q's device: the call needs the feature seqlens_k, seq_kv stays the cache's")
+
+
 def test_bad_calls():
     q, k, v = qkv()
     cases = [
         ("q is a list", TypeError, "q must be a torch.Tensor", lambda: _checks.check_attention([1], k, v)),
+        ("seqlens_k int64", TypeError, "seqlens_k has dtype torch.int64",
+         lambda: _checks.check_attention(q, k, v, seqlens_k=Tensor((2,), dtype="torch.int64"))),
+        ("seqlens_k of 3 for batch 2", ValueError, "seqlens_k must have shape (batch,) = (2,)",
+         lambda: _checks.check_attention(q, k, v, seqlens_k=Tensor((3,), dtype="torch.int32"))),
+        ("seqlens_k on the CPU", ValueError, "seqlens_k is on cpu",
+         lambda: _checks.check_attention(q, k, v, seqlens_k=Tensor((2,), dtype="torch.int32", device=CPU))),
+        ("seqlens_k strided", ValueError, "seqlens_k must be contiguous",
+         lambda: _checks.check_attention(q, k, v, seqlens_k=Tensor((2,), dtype="torch.int32", strides=(2,)))),
         ("k is 3-D", ValueError, "k must be 4-D", lambda: _checks.check_attention(q, Tensor((2, 130, 64)), v)),
         ("fp32 q", TypeError, "q has dtype torch.float32",
          lambda: _checks.check_attention(*qkv(dtype="torch.float32"))),
@@ -205,8 +220,15 @@ def test_stage_choice():
     for cc in ((8, 0), (8, 6), (8, 9), (10, 0), (12, 0)):
         got = _stages.choose(all_but_alibi, cc, built).id
         check(got == last_of("ampere", all_but_alibi), "%d.%d: %s (sm_90a code runs on 9.0 only)" % (cc + (got,)))
-    check(not any(_stages.choose(n, (9, 0), built).track == "experiments" for n in (frozenset(), all_but_alibi)),
-          "the experiments are never picked")
+    check(not any(_stages.choose(n, (9, 0), built).track in ("experiments", "backward")
+                  for n in (frozenset(), all_but_alibi)), "the experiments and the backward track are never picked")
+    with_lengths = frozenset({"seqlens_k", "causal", "gqa", "lse"})
+    for cc in ((9, 0), (8, 0)):
+        got = _stages.choose(with_lengths, cc, built).id
+        check(got == last_of("decode", with_lengths), "%d.%d with per-sequence lengths: %s (only the decoding track "
+                                                       "has them)" % (cc + (got,)))
+    check(raises(ValueError, "no stage in the library", _stages.choose, frozenset({"seqlens_k", "alibi"}), (9, 0),
+                 built), "per-sequence lengths with ALiBi: no stage has both, refused")
     without_last = [i for i in built if i != last_of("hopper", frozenset())]
     got = _stages.choose(frozenset(), (9, 0), without_last).id
     check(got != last_of("hopper", frozenset()) and got.startswith("hopper_"),
@@ -255,6 +277,7 @@ def test_library(path):
 
 def main():
     test_good_calls()
+    test_seqlens_k()
     test_bad_calls()
     test_stage_choice()
     test_library(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

@@ -251,6 +251,53 @@ def test_flash_attn_func():
           alibi)
 
 
+def test_kvcache():
+    """flash_attn_with_kvcache: new tokens written into the cache at each row's length, then attention over
+    each row's own keys (a row of length 0 included), against the fp64 reference row by row."""
+    from flash_stages import flash_attn_with_kvcache
+
+    batch, cache_len = 3, 300
+    for dtype, d, heads, kv_heads, seq_q, causal in ((torch.float16, 128, 8, 2, 1, False),
+                                                     (torch.bfloat16, 64, 8, 8, 4, True),
+                                                     (torch.float16, 128, 32, 1, 8, True)):
+        k_cache, v_cache = randn(batch, cache_len, kv_heads, d, dtype=dtype), randn(batch, cache_len, kv_heads, d, dtype=dtype)
+        k_new, v_new = randn(batch, seq_q, kv_heads, d, dtype=dtype), randn(batch, seq_q, kv_heads, d, dtype=dtype)
+        q = randn(batch, seq_q, heads, d, dtype=dtype)
+        lengths = torch.tensor([0, 17, 250], dtype=torch.int32, device=DEVICE)
+        before = k_cache.clone()
+        o, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lengths, causal=causal,
+                                         return_softmax_lse=True)
+        what = "%s d%d, %d/%d heads, seq_q %d%s" % (str(dtype)[6:], d, heads, kv_heads, seq_q, ", causal" if causal else "")
+        written = all(torch.equal(k_cache[b, n:n + seq_q], k_new[b]) and torch.equal(v_cache[b, n:n + seq_q], v_new[b])
+                      for b, n in enumerate(lengths.tolist()))
+        kept = torch.equal(k_cache[1, :17], before[1, :17]) and torch.equal(k_cache[2, 250 + seq_q:], before[2, 250 + seq_q:])
+        check(written and kept, "flash_attn_with_kvcache, %s: the new tokens written at cache_seqlens, the rest of "
+                                "the cache untouched" % what)
+        for b, n in enumerate(lengths.tolist()):
+            keys = n + seq_q
+            close("flash_attn_with_kvcache, %s, batch row %d: %d keys" % (what, b, keys), o[b:b + 1], q[b:b + 1],
+                  k_cache[b:b + 1, :keys], v_cache[b:b + 1, :keys], causal, None, None, lse[b:b + 1])
+    q = randn(2, 1, 8, 64)
+    k_cache, v_cache = randn(2, 256, 8, 64), randn(2, 256, 8, 64)
+    close("flash_attn_with_kvcache, no new tokens, cache_seqlens an int (100)",
+          flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=100), q, k_cache[:, :100], v_cache[:, :100])
+    new = randn(2, 1, 8, 64)
+    cases = [
+        ("new tokens past the cache's end", ValueError, "must fit the cache",
+         lambda: flash_attn_with_kvcache(q, k_cache, v_cache, new, new, cache_seqlens=256)),
+        ("cache_seqlens int64", TypeError, "torch.int32",
+         lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=torch.ones(2, dtype=torch.int64, device=DEVICE))),
+        ("k without v", ValueError, "k and v go together", lambda: flash_attn_with_kvcache(q, k_cache, v_cache, new)),
+        ("a paged cache (block_table)", NotImplementedError, "block_table",
+         lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1,
+                                         block_table=torch.zeros(2, 1, dtype=torch.int32, device=DEVICE))),
+        ("rotary embeddings", NotImplementedError, "rotary_cos",
+         lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1, rotary_cos=q, rotary_sin=q)),
+    ]
+    for what, exception, needle, fn in cases:
+        check(raises(exception, needle, fn), "flash_attn_with_kvcache, %s -> %s" % (what, exception.__name__))
+
+
 def test_errors():
     q = randn(2, 64, 4, 64)
     cases = [
@@ -297,7 +344,7 @@ def main():
         flash_stages.pick_stage(alibi=True)))
     torch.manual_seed(0)
     for test in (test_features, test_views, test_stream, test_compile, test_every_stage, test_flash_attn_func,
-                 test_errors):
+                 test_kvcache, test_errors):
         print("--- %s" % test.__name__, flush=True)
         try:
             test()

@@ -3,19 +3,20 @@
     import flash_stages
     o = flash_stages.attention(q, k, v, causal=True)        # q, k, v: [batch, seq, heads, head_dim]
     o = flash_stages.flash_attn_func(q, k, v, causal=True)   # FlashAttention-2's signature
+    o = flash_stages.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, causal=True)
     flash_stages.register_transformers()                     # attn_implementation="fa_stages"
 
 The kernels come from build/libfa_capi.so (CMake target fa_capi), or the library FLASH_STAGES_LIB
 names, loaded with ctypes on first use.
 
-The parts that need PyTorch (attention, flash_attn_func, register_transformers) are imported on
+The parts that need PyTorch (attention, flash_attn_func, flash_attn_with_kvcache, register_transformers) are imported on
 first use, so that the stage table and the argument checks import without it.
 """
 
 from ._library import LaunchError, LibraryError, library_path
 from ._stages import Stage
 
-__all__ = ["attention", "flash_attn_func", "register_transformers", "stages", "pick_stage", "library_path",
+__all__ = ["attention", "flash_attn_func", "flash_attn_with_kvcache", "register_transformers", "stages", "pick_stage", "library_path",
            "Stage", "LibraryError", "LaunchError", "TRANSFORMERS_NAME"]
 
 # The name under which register_transformers() registers the backend. It must not contain "flash":
@@ -46,7 +47,7 @@ def pick_stage(*, causal=False, gqa=False, lse=False, alibi=False, capability=No
 
 
 def __getattr__(name):
-    if name in ("attention", "flash_attn_func"):
+    if name in ("attention", "flash_attn_func", "flash_attn_with_kvcache"):
         from . import _ops
 
         return getattr(_ops, name)

@@ -47,6 +47,7 @@ class Call:
     return_lse: bool
     alibi: bool
     alibi_batch_stride: int  # 0: one [heads] row of slopes shared by the batch
+    seqlens_k: bool = False  # each batch row's own K/V length, from an int32 [batch] tensor
 
     @property
     def features(self) -> frozenset:
@@ -61,6 +62,8 @@ class Call:
             needed.add("lse")
         if self.alibi:
             needed.add("alibi")
+        if self.seqlens_k:
+            needed.add("seqlens_k")
         return frozenset(needed)
 
     @property
@@ -113,13 +116,15 @@ def _check_row_strides(name: str, t) -> None:
                              % (name, what, strides[dim], ROW_ALIGN_ELEMENTS, strides, name))
 
 
-def check_attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, return_lse=False) -> Call:
+def check_attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, return_lse=False,
+                    seqlens_k=None) -> Call:
     """Checks one call of attention() and returns it as a Call. Raises TypeError (not a tensor, a dtype
     the kernels do not take) or ValueError (anything else), before anything is launched.
 
     q: [batch, seq_q, heads, head_dim]; k, v: [batch, seq_kv, kv_heads, head_dim], kv_heads dividing
     heads; one dtype (fp16 or bf16) and one CUDA device; head_dim contiguous; alibi_slopes: None, or
-    fp32 [heads] or [batch, heads] on the same device."""
+    fp32 [heads] or [batch, heads] on the same device; seqlens_k: None, or a contiguous int32 [batch]
+    tensor on the same device (batch row b's keys are rows 0 .. seqlens_k[b] - 1 of k and v)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _require_tensor(name, t)
         if len(t.shape) != 4:
@@ -189,9 +194,22 @@ def check_attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=N
             raise ValueError("ALiBi needs seq_q and seq_kv of at most 2^23, not %s and %s (the kernels compute the "
                              "distances as fp32 integers)" % (seq_q, seq_kv))
 
+    if seqlens_k is not None:
+        _require_tensor("seqlens_k", seqlens_k)
+        if str(seqlens_k.dtype) != "torch.int32":
+            raise TypeError("seqlens_k has dtype %s: it must be torch.int32 (as in FlashAttention)" % seqlens_k.dtype)
+        if seqlens_k.device != q.device:
+            raise ValueError("seqlens_k is on %s, q on %s: they must be on one device" % (seqlens_k.device, q.device))
+        if _shape(seqlens_k) != (batch,):
+            raise ValueError("seqlens_k must have shape (batch,) = (%s,), not %s" % (batch, _shape(seqlens_k)))
+        if batch > 1 and tuple(seqlens_k.stride()) != (1,):
+            raise ValueError("seqlens_k must be contiguous (stride %s, not 1): use seqlens_k.contiguous()"
+                             % (tuple(seqlens_k.stride()),))
+
     return Call(batch=batch, seq_q=seq_q, seq_kv=seq_kv, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                 dtype=str(q.dtype), causal=bool(causal), softmax_scale=scale, return_lse=bool(return_lse),
-                alibi=alibi_slopes is not None, alibi_batch_stride=alibi_batch_stride)
+                alibi=alibi_slopes is not None, alibi_batch_stride=alibi_batch_stride,
+                seqlens_k=seqlens_k is not None)
 
 
 def check_alignment(q, k, v) -> None:

@@ -37,9 +37,9 @@ def _view(t: torch.Tensor) -> _library.FaCapiTensor:
 @torch.library.custom_op("flash_stages::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Optional[torch.Tensor],
                   causal: bool, softmax_scale: Optional[float], return_lse: bool,
-                  stage: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+                  stage: Optional[str], seqlens_k: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
-                                   return_lse=return_lse)
+                                   return_lse=return_lse, seqlens_k=seqlens_k)
     _checks.check_alignment(q, k, v)
     chosen = _stage_for(call, q.device, stage)
     # Allocated here, so always contiguous: [batch, seq_q, heads, head_dim] and [batch, heads, seq_q].
@@ -53,7 +53,8 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
         lse=lse.data_ptr() if return_lse else None, lse_batch_stride=call.heads * call.seq_q,
         lse_head_stride=call.seq_q,
         alibi=alibi_slopes.data_ptr() if alibi_slopes is not None else None,
-        alibi_batch_stride=call.alibi_batch_stride)
+        alibi_batch_stride=call.alibi_batch_stride,
+        seqlens_k=seqlens_k.data_ptr() if seqlens_k is not None else None)
     # The launch goes to q's device (the current device while the launcher runs) and PyTorch's current
     # stream there, so it is ordered with the work around it like any PyTorch operator.
     with torch.cuda.device(q.device):
@@ -62,11 +63,11 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage):
+def _attention_fake(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, seqlens_k=None):
     # The same checks on torch.compile's fake tensors, so bad input fails at compile time with the same
     # message; the outputs have the shapes, dtype and (contiguous) strides of the real ones.
     call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
-                                   return_lse=return_lse)
+                                   return_lse=return_lse, seqlens_k=seqlens_k)
     o = q.new_empty(call.o_shape)
     lse = q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
     return o, lse
@@ -120,3 +121,82 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         raise NotImplementedError("return_attn_probs=True: these kernels never form the attention probabilities; "
                                   "flash_stages.attention(..., return_lse=True) returns the log-sum-exp")
     return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """FlashAttention-2's flash_attn_with_kvcache, for contiguous caches: attention of q against the
+    first cache_seqlens[b] (+ the new tokens) rows of batch row b's cache.
+
+    q: [batch, seq_q, heads, head_dim]; k_cache, v_cache: [batch, seqlen_cache, kv_heads, head_dim];
+    k, v (optional): [batch, seqlen_new, kv_heads, head_dim], written into the caches in place at rows
+    cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before the attention, which then sees
+    cache_seqlens[b] + seqlen_new keys; cache_seqlens: an int, or an int32 [batch] tensor (None: every
+    row of the cache). causal aligns each row's queries to the bottom-right of its own keys. It runs
+    on the stages that declare per-sequence lengths (the decoding track, "seqlens_k").
+
+    The lengths are checked on the host (one copy of cache_seqlens from the device per call, and a
+    graph break under torch.compile): a length past the cache would otherwise be clamped by the
+    kernel or written out of bounds. What the kernels do not do is refused with NotImplementedError,
+    never ignored: rotary embeddings, cache_batch_idx, cache_leftpad, a paged cache (block_table), a
+    sliding window, softcap, a forced num_splits, and gradients."""
+    for name, value, default in (("rotary_cos", rotary_cos, None), ("rotary_sin", rotary_sin, None),
+                                 ("cache_batch_idx", cache_batch_idx, None), ("cache_leftpad", cache_leftpad, None),
+                                 ("block_table", block_table, None)):
+        if value is not default:
+            raise NotImplementedError("%s: not supported by these kernels (contiguous caches without rotary "
+                                      "embeddings only); pass None" % name)
+    if tuple(window_size) != (-1, -1):
+        raise NotImplementedError("window_size=%r: these kernels have no sliding-window (local) attention; pass "
+                                  "(-1, -1)" % (tuple(window_size),))
+    if softcap:
+        raise NotImplementedError("softcap=%r: these kernels have no score soft-capping; pass softcap=0.0" % (softcap,))
+    if num_splits:
+        raise NotImplementedError("num_splits=%r: the stage chooses its split count; pass 0" % (num_splits,))
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("%s must be a torch.Tensor, not %s" % (name, type(t).__name__))
+    _checks.check_no_grad(torch.is_grad_enabled(), q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
+    if (k is None) != (v is None):
+        raise ValueError("k and v go together: pass both new tensors or neither")
+    if q.dim() != 4 or k_cache.dim() != 4:
+        raise ValueError("q and k_cache must be 4-D, [batch, seq, heads, head_dim], not %s and %s"
+                         % (tuple(q.shape), tuple(k_cache.shape)))
+    batch, seqlen_cache = q.shape[0], k_cache.shape[1]
+    if k is not None and cache_seqlens is None:
+        raise ValueError("new k and v need cache_seqlens: where in the cache they go")
+
+    seqlens_k = None
+    if cache_seqlens is not None:
+        if isinstance(cache_seqlens, int):
+            cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+        if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32:
+            raise TypeError("cache_seqlens must be an int or a torch.int32 tensor, not %s"
+                            % getattr(cache_seqlens, "dtype", type(cache_seqlens).__name__))
+        if tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.device != q.device:
+            raise ValueError("cache_seqlens must have shape (batch,) = (%d,) on q's device %s, not %s on %s"
+                             % (batch, q.device, tuple(cache_seqlens.shape), cache_seqlens.device))
+        seqlen_new = 0
+        if k is not None:
+            if tuple(k.shape) != tuple(v.shape) or k.dim() != 4 or k.shape[0] != batch or k.shape[2:] != k_cache.shape[2:]:
+                raise ValueError("k and v must be [batch, seqlen_new, kv_heads, head_dim] like the cache's rows, not "
+                                 "%s and %s (cache %s)" % (tuple(k.shape), tuple(v.shape), tuple(k_cache.shape)))
+            seqlen_new = k.shape[1]
+        low, high = (int(x) for x in torch.stack([cache_seqlens.min(), cache_seqlens.max()]).tolist())
+        if low < 0 or high + seqlen_new > seqlen_cache:
+            raise ValueError("cache_seqlens (%d to %d) + %d new tokens must fit the cache's %d rows"
+                             % (low, high, seqlen_new, seqlen_cache))
+        if k is not None:
+            # Row cache_seqlens[b] + i of batch row b takes new token i: one scatter per cache.
+            rows = cache_seqlens.long()[:, None] + torch.arange(seqlen_new, device=q.device)[None, :]
+            index = rows[:, :, None, None].expand(-1, -1, k.shape[2], k.shape[3])
+            k_cache.scatter_(1, index, k.to(k_cache.dtype))
+            v_cache.scatter_(1, index, v.to(v_cache.dtype))
+        seqlens_k = (cache_seqlens + seqlen_new).to(torch.int32).contiguous()
+
+    scale = None if softmax_scale is None else float(softmax_scale)
+    o, lse = torch.ops.flash_stages.attention(q, k_cache, v_cache, alibi_slopes, bool(causal), scale,
+                                              bool(return_softmax_lse), None, seqlens_k)
+    return (o, lse) if return_softmax_lse else o
