@@ -75,6 +75,10 @@ extern "C" int fa_capi_launch(const char* stage_name, const FaCapiParams* c, voi
   p.causal = c->causal != 0;
   p.num_splits = c->num_splits;
   p.seqlens_k = c->seqlens_k;
+  p.block_table = c->block_table;
+  p.block_table_batch_stride = c->block_table_batch_stride;
+  p.max_pages = c->max_pages;
+  p.page_size = c->page_size;
   const fa::Status status = stage->launch(p, static_cast<cudaStream_t>(stream));
   if (!status.ok()) {
     write_message(message, capacity, status.message);

@@ -30,6 +30,12 @@ typedef struct {
   int64_t alibi_batch_stride;
   int32_t num_splits;        // 0: the stage chooses; > 0 only for stages that declare "split_kv"
   const int32_t* seqlens_k;  // NULL: every sequence has seq_kv keys; else int32 [batch], device memory
+  // NULL: k and v are [batch, seq_kv, ...]; else int32 [batch, max_pages] in device memory, and k and v
+  // are pools of pages whose batch stride steps from one page to the next (params.h). Only for stages
+  // that declare "paged_kv".
+  const int32_t* block_table;
+  int64_t block_table_batch_stride, max_pages;
+  int32_t page_size;  // rows per page; 0 without a block table
 } FaCapiParams;
 
 // sizeof(FaCapiParams) as this library was compiled: a binding checks its own copy of the struct.

@@ -87,6 +87,38 @@ std::string check_lse(const AttentionParams& p) {
   return err.str();
 }
 
+// The paged KV cache (params.h): what the host can check of it. The table's entries are in device
+// memory: a page index outside the pool is the caller's error, as in FlashAttention.
+std::string check_block_table(const AttentionParams& p, const StageInfo& stage) {
+  std::ostringstream err;
+  if (reinterpret_cast<uintptr_t>(p.block_table) % alignof(int32_t) != 0) {
+    err << "block_table pointer is not 4-byte aligned";
+  } else if ((stage.features & kFeaturePagedKv) == 0) {
+    err << "a paged KV cache (block_table) is not supported by this stage (it does not declare the feature "
+           "\"paged_kv\"; leave block_table null)";
+  } else if (p.page_size < 16 || p.page_size % 16 != 0) {
+    err << "page_size " << p.page_size << " must be a positive multiple of 16 rows";
+  } else if (stage.block_kv % p.page_size != 0 && p.page_size % stage.block_kv != 0) {
+    // A K/V block then always starts a page or lies inside one: its rows' pages follow from its
+    // first key with shifts, not a division per row (the stage's copy of the K/V tiles).
+    err << "page_size " << p.page_size << " must divide the stage's K/V block of " << stage.block_kv
+        << " rows or be a multiple of it";
+  } else if (p.max_pages <= 0) {
+    err << "max_pages " << p.max_pages << " must be at least 1 (entries per row of the block table)";
+  } else if (p.max_pages > INT_MAX / p.page_size) {
+    err << "max_pages " << p.max_pages << " x page_size " << p.page_size
+        << " keys per sequence exceed 2^31-1 (the kernel counts keys in 32 bits)";
+  } else if (p.max_pages * p.page_size < p.seq_kv) {
+    err << "max_pages " << p.max_pages << " x page_size " << p.page_size << " = " << p.max_pages * p.page_size
+        << " keys per sequence, fewer than seq_kv " << p.seq_kv;
+  } else if (p.block_table_batch_stride < 0 ||
+             (p.batch > 1 && p.block_table_batch_stride != 0 && p.block_table_batch_stride < p.max_pages)) {
+    err << "block_table batch stride " << p.block_table_batch_stride
+        << " must be 0 (one row for every sequence) or at least max_pages " << p.max_pages;
+  }
+  return err.str();
+}
+
 }  // namespace
 
 Status validate_params(const AttentionParams& p, const StageInfo& stage) {
@@ -200,6 +232,14 @@ Status validate_params(const AttentionParams& p, const StageInfo& stage) {
              "feature \"seqlens_k\"; leave seqlens_k null)";
       return Status::error(err.str());
     }
+  }
+  if (p.block_table != nullptr) {
+    std::string what = check_block_table(p, stage);
+    if (!what.empty()) return Status::error(err.str() + what);
+  } else if (p.page_size != 0 || p.max_pages != 0) {
+    err << "page_size " << p.page_size << " and max_pages " << p.max_pages
+        << " describe a paged KV cache, but block_table is null (leave them 0 without one)";
+    return Status::error(err.str());
   }
   // Positive, not just non-zero: the stages from ampere_07_fast_softmax on take the row max of the
   // unscaled scores, which is the max of the scaled scores only when the scale is positive.

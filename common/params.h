@@ -94,6 +94,25 @@ struct AttentionParams {
   // written on the launch stream): a kernel clamps each to [0, seq_kv], so an out-of-range value
   // reads no memory outside K and V. 4-byte aligned; only for stages that declare "seqlens_k".
   const int32_t* seqlens_k = nullptr;
+  // A paged KV cache, as inference servers keep theirs (vLLM's PagedAttention, FlashAttention-2's
+  // block_table): int32 [batch, max_pages] in device memory, or nullptr (the default: k and v are
+  // [batch, seq_kv, kv_heads, head_dim] as above). With a table, k and v are POOLS of pages: their
+  // batch_stride steps from one page to the next (a pool [num_pages, page_size, kv_heads, head_dim]
+  // in the usual layout: row r of page p, head h, at data + p * batch_stride + r * seq_stride +
+  // h * head_stride), and batch b's key j is row j % page_size of page
+  // block_table[b * block_table_batch_stride + j / page_size]. seq_kv is the longest sequence's
+  // length (at most max_pages * page_size); seqlens_k gives each sequence's own, as above (null:
+  // every sequence has seq_kv keys, in the first ceil(seq_kv / page_size) entries of its row). Only
+  // the entries of a sequence's keys are read. page_size is a multiple of 16 that divides the stage's
+  // K/V block or is a multiple of it (16, 32, 64, 128, 192, 256, ... for a block of 64 keys); the
+  // batch stride is 0 (one row shared by every sequence) or at least max_pages. The host cannot read
+  // the table (device memory): a page index outside the pool is the caller's error, as in
+  // FlashAttention, and the kernel reads wherever it points. 4-byte aligned; only for stages that
+  // declare "paged_kv".
+  const int32_t* block_table = nullptr;
+  int64_t block_table_batch_stride = 0;  // in elements (int32)
+  int64_t max_pages = 0;                 // entries per row of the block table
+  int page_size = 0;                     // rows per page; 0 without a block table
 };
 
 // The most splits a caller may ask for: more than any GPU has SMs to fill, few enough that a split
@@ -120,6 +139,7 @@ enum Feature : unsigned {
   kFeatureAlibi = 1u << 4,      // ALiBi position bias
   kFeatureSplitKv = 1u << 5,    // the keys split across thread blocks; AttentionParams::num_splits
   kFeatureSeqlensK = 1u << 6,   // per-sequence key/value lengths; AttentionParams::seqlens_k
+  kFeaturePagedKv = 1u << 7,    // a paged KV cache; AttentionParams::block_table
 };
 namespace detail {
 constexpr bool same_text(const char* a, const char* b) {
@@ -135,6 +155,7 @@ constexpr unsigned feature_bit(const char* name) {
          : detail::same_text(name, "alibi")     ? kFeatureAlibi
          : detail::same_text(name, "split_kv")  ? kFeatureSplitKv
          : detail::same_text(name, "seqlens_k") ? kFeatureSeqlensK
+         : detail::same_text(name, "paged_kv")  ? kFeaturePagedKv
                                                 : throw "unknown feature name in stage.json";
 }
 

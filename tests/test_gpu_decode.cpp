@@ -25,12 +25,20 @@
 // no key), GQA packed, forced split counts, the LSE, out-of-range lengths (clamped), each sequence
 // checked against the fp64 reference of its own length; the K/V rows past a sequence's length hold
 // NaN, so a kernel that reads one fails. Every stage that does not declare seqlens_k must reject it
-// and write nothing. Without a GPU this program exits with 77 (skipped).
+// and write nothing. A paged KV cache (AttentionParams::block_table; decode_04_paged_kv on; tag
+// [paged_kv]): pages of 16, 64 and 256 rows scattered over a pool in a random order, so a wrong
+// translation reads another sequence's keys; the pool's rows that hold no key (past a sequence's
+// length, and spare pages no sequence uses) NaN; mixed lengths with 0 and lengths that are not
+// multiples of the page size; causal at seq_q 1 and 8; GQA packed; forced split counts; the LSE;
+// each sequence against the fp64 reference on its gathered contiguous keys. Without a GPU this
+// program exits with 77 (skipped).
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numeric>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -299,6 +307,123 @@ void check_seqlens_stages(const std::string& scenario, ProblemConfig config,
           INFO("check: " << run.check.summary());
           INFO("lse check: " << run.lse_check.summary());
           CHECK(run.passed());
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------ paged KV cache ------------------------------
+
+std::vector<const StageInfo*> paged_stages() {
+  return fa_test::stages_with(fa::kFeaturePagedKv, "paged_kv");
+}
+
+// The problem's K and V cut into pages of page_size rows and scattered over one pool: sequence b's
+// slot i (its keys i * page_size ..) is pool page table[b * max_pages + i], a random permutation of
+// batch * max_pages pages plus `spare` pages that no sequence uses. Every pool row that holds no key
+// of its sequence -- past the sequence's length (the problem's K and V are NaN there already:
+// poison_past_lengths) and every row of the spare pages -- is NaN, so a wrong page or row read fails.
+class PagedCache {
+ public:
+  PagedCache(Problem& problem, int page_size, uint64_t seed, int64_t spare = 3) : page_size_(page_size) {
+    const HostTensor &k = problem.host_k(), &v = problem.host_v();
+    const fa::TensorLayout& l = k.layout;
+    max_pages_ = (l.seq + page_size - 1) / page_size;
+    const int64_t pages = l.batch * max_pages_ + spare;
+    std::vector<int32_t> table(static_cast<size_t>(l.batch * max_pages_));
+    std::vector<int32_t> order(static_cast<size_t>(pages));
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937_64 rng(seed);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::copy(order.begin(), order.begin() + static_cast<int64_t>(table.size()), table.begin());
+    HostTensor k_pool, v_pool;
+    for (HostTensor* pool : {&k_pool, &v_pool}) {
+      pool->dtype = k.dtype;
+      pool->layout = fa::TensorLayout::make(pages, page_size, l.heads, l.head_dim, fa::LayoutSpec());
+      pool->raw.assign(static_cast<size_t>(pool->layout.storage_elems), uint16_t{0xFFFF});  // NaN in fp16 and bf16
+    }
+    for (int64_t b = 0; b < l.batch; ++b)
+      for (int64_t s = 0; s < l.seq; ++s) {
+        const int64_t page = table[static_cast<size_t>(b * max_pages_ + s / page_size)];
+        for (int64_t h = 0; h < l.heads; ++h)
+          for (int64_t d = 0; d < l.head_dim; ++d) {
+            const auto to = static_cast<size_t>(k_pool.layout.offset(page, s % page_size, h, d));
+            k_pool.raw[to] = k.raw[static_cast<size_t>(l.offset(b, s, h, d))];
+            v_pool.raw[to] = v.raw[static_cast<size_t>(v.layout.offset(b, s, h, d))];
+          }
+      }
+    k_pool_ = fa::DeviceTensor(k_pool.layout, k.dtype);
+    v_pool_ = fa::DeviceTensor(v_pool.layout, v.dtype);
+    k_pool_.upload(k_pool);
+    v_pool_.upload(v_pool);
+    FA_CUDA_CHECK(cudaMalloc(&table_, table.size() * sizeof(int32_t)));
+    FA_CUDA_CHECK(cudaMemcpy(table_, table.data(), table.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  ~PagedCache() { cudaFree(table_); }
+  PagedCache(const PagedCache&) = delete;
+  PagedCache& operator=(const PagedCache&) = delete;
+
+  // The problem's call, on the pools through the block table.
+  void apply(fa::AttentionParams& params) const {
+    params.k = k_pool_.view();
+    params.v = v_pool_.view();
+    params.block_table = table_;
+    params.block_table_batch_stride = max_pages_;
+    params.max_pages = max_pages_;
+    params.page_size = page_size_;
+  }
+
+ private:
+  int page_size_;
+  int64_t max_pages_ = 0;
+  fa::DeviceTensor k_pool_, v_pool_;
+  int32_t* table_ = nullptr;
+};
+
+// Every stage that declares paged_kv on the problem `config` describes, its K and V paged at each of
+// `page_sizes`, with these per-sequence lengths (passed as seqlens_k, or, with lengths_given false,
+// not passed: every sequence then has seq_kv keys and `seqlens` must say so), at each split count in
+// `counts`, in both dtypes and head dims: O and the LSE against the per-sequence fp64 reference of
+// the problem's contiguous K and V (the keys the pages hold, gathered).
+void check_paged_stages(const std::string& scenario, ProblemConfig config, const std::vector<int32_t>& seqlens,
+                        const std::vector<int>& page_sizes, const std::vector<int>& counts,
+                        const fa_test::EditInputs& edit = nullptr, bool lengths_given = true) {
+  REQUIRE(static_cast<int64_t>(seqlens.size()) == config.batch);
+  config.lse = true;
+  const fa::CheckOptions options = fa_test::general_check_options();
+  const DeviceLengths lengths(seqlens);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (int head_dim : {64, 128}) {
+      config.dtype = dtype;
+      config.head_dim = head_dim;
+      Problem problem(config);
+      if (edit) edit(problem);
+      poison_past_lengths(problem, seqlens);
+      const fa::ReferenceRows reference = reference_per_sequence(problem, seqlens, options);
+      for (int page_size : page_sizes) {
+        const PagedCache cache(problem, page_size, config.seed * 131 + static_cast<uint64_t>(page_size));
+        for (const StageInfo* stage : paged_stages()) {
+          if (!fa_test::supports(*stage, dtype, head_dim)) continue;
+          for (int num_splits : counts) {
+            problem.poison_output();
+            fa::AttentionParams params = problem.params();
+            params.num_splits = num_splits;
+            if (lengths_given) params.seqlens_k = lengths.data();
+            cache.apply(params);
+            fa::RunResult run = fa::finish_launch(*stage, problem, stage->launch(params, nullptr), nullptr);
+            if (run.status.ok()) {
+              run.check = fa::check_against_reference(reference, run.output, options);
+              run.lse_check = fa::check_lse_against_reference(reference, run.lse, options);
+            }
+            INFO(scenario << " | stage " << stage->name << " | " << describe(config) << " | page_size " << page_size
+                          << " | " << (lengths_given ? describe_lengths(seqlens) : std::string("no seqlens_k"))
+                          << " | num_splits " << num_splits);
+            INFO("launch: " << (run.status.ok() ? std::string("ok") : run.status.message));
+            INFO("check: " << run.check.summary());
+            INFO("lse check: " << run.lse_check.summary());
+            CHECK(run.passed());
+          }
         }
       }
     }
@@ -648,4 +773,43 @@ TEST_CASE("decode: a stage that does not declare seqlens_k rejects it and writes
     ++rejecting;
   }
   if (rejecting == 0) fa_test::skip("no stage under test lacks seqlens_k");
+}
+
+TEST_CASE("decode: a paged KV cache, pages of 16, 64 and 256 rows shuffled in the pool, mixed lengths",
+          "[gpu][decode][paged_kv]") {
+  // Lengths 0, 1, 15, 16, 17 (around a page of 16), 65 (a block of 64 and one), 257 (a page of 256
+  // and one), 1000 (the longest; 1000 = 62.5 pages of 16, 3.9 of 256): none but 16 a multiple of every
+  // page size. Causal at seq_q 8: the sequences of 0, 1 and 3 keys have rows that see no key.
+  const std::vector<int32_t> lengths = {0, 1, 15, 16, 17, 65, 257, 1000, 3};
+  for (int64_t seq_q : {1, 8})
+    for (bool causal : {false, true})
+      check_paged_stages("paged, mixed lengths, " + shape_name(seq_q, 1000, causal),
+                         decode_shape(9, 3, 3, seq_q, 1000, causal), lengths, {16, 64, 256}, {0, 1, 2, 7, 64});
+}
+
+TEST_CASE("decode: a paged KV cache without seqlens_k (every sequence seq_kv keys)", "[gpu][decode][paged_kv]") {
+  for (bool causal : {false, true})
+    check_paged_stages("paged, no seqlens_k, " + shape_name(8, 300, causal), decode_shape(3, 3, 3, 8, 300, causal),
+                       {300, 300, 300}, {16, 64, 256}, {0, 1, 3}, nullptr, /*lengths_given=*/false);
+}
+
+TEST_CASE("decode: a paged KV cache with GQA packing (32 heads on 8 and on 1 K/V head)",
+          "[gpu][decode][paged_kv][gqa][packing]") {
+  // Every (head, token) row picks a key of its own among those its sequence's length lets it see:
+  // a row that reads another page's keys, or another row's, fails by the size of V.
+  const std::vector<int32_t> lengths = {2049, 0, 65, 1000};
+  for (int64_t kv_heads : {8, 1})
+    for (int64_t seq_q : {1, 8})
+      for (bool causal : {false, true})
+        check_paged_stages("paged, GQA packing, 32 heads, kv_heads " + std::to_string(kv_heads) + ", " +
+                               shape_name(seq_q, 2049, causal),
+                           decode_shape(4, 32, kv_heads, seq_q, 2049, causal), lengths, {16, 64, 256},
+                           {0, 1, 3, 64}, [&](fa::Problem& problem) { rows_pick_keys_within(problem, lengths); });
+}
+
+TEST_CASE("decode: q = 0 on a paged KV cache, so every LSE is exactly log(its own keys seen)",
+          "[gpu][decode][paged_kv][lse]") {
+  for (bool causal : {false, true})
+    check_paged_stages("paged, q = 0, " + shape_name(8, 1025, causal), decode_shape(4, 3, 3, 8, 1025, causal),
+                       {1025, 1, 640, 511}, {16, 64, 256}, {0, 1, 2, 7, 64}, fa_test::q_zero);
 }

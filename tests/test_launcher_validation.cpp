@@ -124,6 +124,26 @@ std::vector<InvalidCase> invalid_cases() {
       {"seqlens_k misaligned (0x2002)",
        [](AttentionParams& p, const StageInfo&) { p.seqlens_k = reinterpret_cast<const int32_t*>(0x2002); },
        "seqlens_k pointer is not 4-byte aligned"},
+      // block_table: a paged KV cache only where the stage declares it; never misaligned; page_size
+      // and max_pages only with a table. (The table pointer is fake: the host cannot read it.)
+      {"block_table given (a paged KV cache)",
+       [](AttentionParams& p, const StageInfo&) {
+         p.block_table = reinterpret_cast<const int32_t*>(0x3000);
+         p.page_size = 16;
+         p.max_pages = (p.seq_kv + 15) / 16;
+         p.block_table_batch_stride = p.max_pages;
+       },
+       "\"paged_kv\"", fa::kFeaturePagedKv},
+      {"block_table misaligned (0x3002)",
+       [](AttentionParams& p, const StageInfo&) {
+         p.block_table = reinterpret_cast<const int32_t*>(0x3002);
+         p.page_size = 16;
+         p.max_pages = (p.seq_kv + 15) / 16;
+         p.block_table_batch_stride = p.max_pages;
+       },
+       "block_table pointer is not 4-byte aligned"},
+      {"page_size without a block_table", [](AttentionParams& p, const StageInfo&) { p.page_size = 16; },
+       "block_table is null"},
   };
   // Zero and negative sizes, one field at a time.
   const std::pair<const char*, int64_t AttentionParams::*> sizes[] = {
@@ -235,6 +255,81 @@ TEST_CASE("a stage that declares seqlens_k accepts an aligned pointer (checked, 
     ++declaring;
   }
   CHECK(declaring > 0);  // decode_03_seqlens_k at least
+}
+
+// A paged call for a stage that declares paged_kv: pages of `page_size` rows, enough of them for seq_kv.
+AttentionParams paged_params(const StageInfo& stage, int page_size) {
+  AttentionParams p = valid_params(stage);
+  p.block_table = reinterpret_cast<const int32_t*>(0x3000);
+  p.page_size = page_size;
+  p.max_pages = (p.seq_kv + page_size - 1) / page_size;
+  p.block_table_batch_stride = p.max_pages;
+  return p;
+}
+
+TEST_CASE("a stage that declares paged_kv checks its page size, table and lengths (checked, not launched)",
+          "[validation][paged_kv]") {
+  int declaring = 0;
+  for (const StageInfo* stage : fa::registered_stages()) {
+    if ((stage->features & fa::kFeaturePagedKv) == 0) continue;
+    ++declaring;
+    INFO("stage " << stage->name << ", block_kv " << stage->block_kv);
+    // Accepted: multiples of 16 that divide the K/V block or are multiples of it (16, 64 and 256 for a
+    // block of 64), with seqlens_k or without, a shared table row (batch stride 0), a longer table.
+    for (int page_size : {16, 32, 64, 128, 256, 3 * stage->block_kv}) {
+      if (stage->block_kv % page_size != 0 && page_size % stage->block_kv != 0) continue;
+      AttentionParams p = paged_params(*stage, page_size);
+      const fa::Status status = fa::validate_params(p, *stage);
+      INFO("page_size " << page_size << ": " << status.message);
+      CHECK(status.ok());
+      p.seqlens_k = reinterpret_cast<const int32_t*>(0x2000);
+      p.block_table_batch_stride = 0;
+      p.max_pages += 5;
+      CHECK(fa::validate_params(p, *stage).ok());
+    }
+    struct Case {
+      std::string name;
+      std::function<void(AttentionParams&)> break_it;
+      std::string keyword;
+    };
+    const int not_dividing = stage->block_kv + 16;  // neither divides the K/V block nor is a multiple of it
+    const std::vector<Case> cases = {
+        {"page_size 0", [](AttentionParams& p) { p.page_size = 0; }, "multiple of 16"},
+        {"page_size -16", [](AttentionParams& p) { p.page_size = -16; }, "multiple of 16"},
+        {"page_size 8", [](AttentionParams& p) { p.page_size = 8; }, "multiple of 16"},
+        {"page_size 24", [](AttentionParams& p) { p.page_size = 24; }, "multiple of 16"},
+        {"page_size block_kv + 16",
+         [=](AttentionParams& p) {
+           p.page_size = not_dividing;
+           p.max_pages = (p.seq_kv + not_dividing - 1) / not_dividing;
+         },
+         "must divide the stage's K/V block"},
+        {"block_table misaligned (0x3001)",
+         [](AttentionParams& p) { p.block_table = reinterpret_cast<const int32_t*>(0x3001); }, "4-byte aligned"},
+        {"max_pages 0", [](AttentionParams& p) { p.max_pages = 0; }, "max_pages 0"},
+        {"max_pages x page_size < seq_kv", [](AttentionParams& p) { p.max_pages -= 1; }, "fewer than seq_kv"},
+        {"max_pages x page_size > 2^31-1", [](AttentionParams& p) { p.max_pages = int64_t{1} << 27; }, "2^31-1"},
+        {"table rows overlap (batch stride 1)", [](AttentionParams& p) { p.block_table_batch_stride = 1; },
+         "at least max_pages"},
+        {"table batch stride -1", [](AttentionParams& p) { p.block_table_batch_stride = -1; },
+         "at least max_pages"},
+    };
+    for (const Case& c : cases) {
+      AttentionParams p = paged_params(*stage, 16);
+      REQUIRE(p.batch > 1);  // the overlap case needs two rows
+      c.break_it(p);
+      INFO(c.name);
+      const bool accepted = fa::validate_params(p, *stage).ok();
+      CHECK_FALSE(accepted);
+      if (accepted) continue;
+      const fa::Status status = stage->launch(p, /*stream=*/nullptr);
+      INFO("launch() -> \"" << status.message << "\"");
+      CHECK_FALSE(status.ok());
+      CHECK_THAT(status.message, Catch::Contains(c.keyword));
+      CHECK_THAT(status.message, Catch::StartsWith(stage->name));
+    }
+  }
+  CHECK(declaring > 0);  // decode_04_paged_kv at least
 }
 
 TEST_CASE("a grid of exactly 2^31-1 blocks is still valid (checked, not launched)", "[validation]") {

@@ -130,6 +130,49 @@ def test_seqlens_k():
           "an int32 [batch] seqlens_k on q's device: the call needs the feature seqlens_k, seq_kv stays the cache's")
 
 
+def test_paged_kv():
+    # A pool of 40 pages of 16 rows for a batch of 2 rows of at most 9 pages each: seq_kv is 9 x 16 = 144.
+    q = Tensor((2, 1, 8, 64))
+    pool = Tensor((40, 16, 2, 64))
+    table = Tensor((2, 9), dtype="torch.int32")
+    call = _checks.check_attention(q, pool, pool, causal=True, seqlens_k=Tensor((2,), dtype="torch.int32"),
+                                   block_table=table)
+    check(call.features == frozenset({"causal", "gqa", "seqlens_k", "paged_kv"}) and call.seq_kv == 144
+          and (call.page_size, call.max_pages, call.block_table_batch_stride) == (16, 9, 9),
+          "a paged call: the feature paged_kv, seq_kv = max_pages x page_size, the pool's page count not the batch")
+    one = _checks.check_attention(Tensor((1, 1, 8, 64)), pool, pool, block_table=Tensor((1, 9), dtype="torch.int32",
+                                                                                      strides=(5, 1)))
+    check(one.block_table_batch_stride == 9, "batch 1: the table's batch stride is never stepped (max_pages given)")
+    shared = _checks.check_attention(q, pool, pool, block_table=Tensor((2, 9), dtype="torch.int32", strides=(0, 1)))
+    check(shared.block_table_batch_stride == 0, "a table row shared by the batch (stride 0) passes")
+    check(_stages.choose(call.features, (9, 0), [s.id for s in _stages.catalogue()]).track == "decode",
+          "a paged call runs on the decoding track")
+    cases = [
+        ("block_table int64", TypeError, "block_table has dtype torch.int64",
+         lambda: _checks.check_attention(q, pool, pool, block_table=Tensor((2, 9), dtype="torch.int64"))),
+        ("block_table on the CPU", ValueError, "block_table is on cpu",
+         lambda: _checks.check_attention(q, pool, pool, block_table=Tensor((2, 9), dtype="torch.int32", device=CPU))),
+        ("block_table of 3 rows for batch 2", ValueError, "block_table must have shape (batch, max_pages)",
+         lambda: _checks.check_attention(q, pool, pool, block_table=Tensor((3, 9), dtype="torch.int32"))),
+        ("block_table 1-D", ValueError, "block_table must have shape (batch, max_pages)",
+         lambda: _checks.check_attention(q, pool, pool, block_table=Tensor((18,), dtype="torch.int32"))),
+        ("block_table strided along max_pages", ValueError, "block_table must be contiguous along max_pages",
+         lambda: _checks.check_attention(q, pool, pool, block_table=Tensor((2, 9), dtype="torch.int32",
+                                                                          strides=(18, 2)))),
+        ("block_table rows overlapping", ValueError, "block_table's rows overlap",
+         lambda: _checks.check_attention(q, pool, pool, block_table=Tensor((2, 9), dtype="torch.int32",
+                                                                          strides=(4, 1)))),
+        ("pages of 24 rows", ValueError, "multiple of 16 rows, not 24",
+         lambda: _checks.check_attention(q, Tensor((40, 24, 2, 64)), Tensor((40, 24, 2, 64)), block_table=table)),
+        ("k pool and v pool of different shapes", ValueError, "k and v must have one shape",
+         lambda: _checks.check_attention(q, pool, Tensor((41, 16, 2, 64)), block_table=table)),
+        ("a pool with no batch match needed, but k's batch checked without a table", ValueError,
+         "one batch size", lambda: _checks.check_attention(q, pool, pool)),
+    ]
+    for what, exception, needle, fn in cases:
+        check(raises(exception, needle, fn), "%s -> %s" % (what, exception.__name__))
+
+
 def test_bad_calls():
     q, k, v = qkv()
     cases = [
@@ -273,11 +316,21 @@ def test_library(path):
         setattr(params, name, _library.FaCapiTensor(0x10000, 128 * 4 * 64, 4 * 64, 64))
     check(raises(ValueError, "kv_heads 3 must be at least 1 and divide heads 4", lib.launch, lib.stage_ids[-1],
                  params, 0), "a call the launcher rejects: ValueError with its message")
+    params.kv_heads = 4
+    params.block_table, params.block_table_batch_stride, params.max_pages, params.page_size = 0x20000, 3, 3, 48
+    paged = [s.id for s in _stages.catalogue() if "paged_kv" in s.features]
+    check(bool(paged) and raises(ValueError, "page_size 48 must divide the stage's K/V block", lib.launch,
+                                 paged[-1], params, 0),
+          "a page size the decoding stage's K/V block of 64 cannot take (48): the launcher's ValueError")
+    params.page_size = 64
+    check(raises(ValueError, "\"paged_kv\"", lib.launch, lib.stage_ids[0], params, 0),
+          "a block table for a stage without paged_kv: the launcher's ValueError")
 
 
 def main():
     test_good_calls()
     test_seqlens_k()
+    test_paged_kv()
     test_bad_calls()
     test_stage_choice()
     test_library(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

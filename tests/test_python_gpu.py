@@ -288,11 +288,45 @@ def test_kvcache():
         ("cache_seqlens int64", TypeError, "torch.int32",
          lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=torch.ones(2, dtype=torch.int64, device=DEVICE))),
         ("k without v", ValueError, "k and v go together", lambda: flash_attn_with_kvcache(q, k_cache, v_cache, new)),
-        ("a paged cache (block_table)", NotImplementedError, "block_table",
-         lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1,
-                                         block_table=torch.zeros(2, 1, dtype=torch.int32, device=DEVICE))),
         ("rotary embeddings", NotImplementedError, "rotary_cos",
          lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1, rotary_cos=q, rotary_sin=q)),
+    ]
+    for what, exception, needle, fn in cases:
+        check(raises(exception, needle, fn), "flash_attn_with_kvcache, %s -> %s" % (what, exception.__name__))
+
+    # A paged cache: pools of pages of 16, 64 and 256 rows, each row's pages a random draw from the pool
+    # (so a wrong page reads another row's keys), two spare pages no row uses; lengths 0, 17 and 570
+    # (not multiples of any page size) before 4 new tokens, written into their pages by the call.
+    batch, heads, kv_heads, d, seq_q, longest = 3, 8, 2, 128, 4, 600
+    for page_size, dtype in ((16, torch.float16), (64, torch.bfloat16), (256, torch.float16)):
+        max_pages = -(-longest // page_size)
+        num_pages = batch * max_pages + 2
+        k_pool, v_pool = randn(num_pages, page_size, kv_heads, d, dtype=dtype), randn(num_pages, page_size, kv_heads, d, dtype=dtype)
+        table = torch.randperm(num_pages, device=DEVICE)[:batch * max_pages].view(batch, max_pages).to(torch.int32)
+        k_new, v_new = randn(batch, seq_q, kv_heads, d, dtype=dtype), randn(batch, seq_q, kv_heads, d, dtype=dtype)
+        q = randn(batch, seq_q, heads, d, dtype=dtype)
+        lengths = torch.tensor([0, 17, 570], dtype=torch.int32, device=DEVICE)
+        o, lse = flash_attn_with_kvcache(q, k_pool, v_pool, k_new, v_new, cache_seqlens=lengths, block_table=table,
+                                         causal=True, return_softmax_lse=True)
+        for b, n in enumerate(lengths.tolist()):
+            keys = n + seq_q
+            pages = table[b].long()
+            k_row = k_pool[pages].reshape(max_pages * page_size, kv_heads, d)[:keys]  # the row's keys, gathered
+            v_row = v_pool[pages].reshape(max_pages * page_size, kv_heads, d)[:keys]
+            what = "flash_attn_with_kvcache, paged (pages of %d rows, %s), batch row %d: %d keys" % (
+                page_size, str(dtype)[6:], b, keys)
+            check(torch.equal(k_row[n:], k_new[b]) and torch.equal(v_row[n:], v_new[b]),
+                  what + ": the new tokens written into their pages")
+            close(what, o[b:b + 1], q[b:b + 1], k_row[None], v_row[None], True, None, None, lse[b:b + 1])
+    q, pool = randn(2, 1, 8, 64), randn(10, 16, 8, 64)
+    cases = [
+        ("a page index outside the pool", ValueError, "must index the pool",
+         lambda: flash_attn_with_kvcache(q, pool, pool, cache_seqlens=20,
+                                         block_table=torch.tensor([[0, 1], [2, 10]], dtype=torch.int32, device=DEVICE))),
+        ("pages of 48 rows (neither dividing the K/V block of 64 nor a multiple of it)", ValueError,
+         "must divide the stage's K/V block",
+         lambda: flash_attn_with_kvcache(q, randn(4, 48, 8, 64), randn(4, 48, 8, 64), cache_seqlens=20,
+                                         block_table=torch.tensor([[0], [1]], dtype=torch.int32, device=DEVICE))),
     ]
     for what, exception, needle, fn in cases:
         check(raises(exception, needle, fn), "flash_attn_with_kvcache, %s -> %s" % (what, exception.__name__))

@@ -26,7 +26,9 @@ class FaCapiParams(ctypes.Structure):
                 ("softmax_scale", ctypes.c_float),
                 ("lse", ctypes.c_void_p), ("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64),
                 ("alibi", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64),
-                ("num_splits", ctypes.c_int32), ("seqlens_k", ctypes.c_void_p)]
+                ("num_splits", ctypes.c_int32), ("seqlens_k", ctypes.c_void_p),
+                ("block_table", ctypes.c_void_p), ("block_table_batch_stride", ctypes.c_int64),
+                ("max_pages", ctypes.c_int64), ("page_size", ctypes.c_int32)]
 
 
 class FaCapiError(RuntimeError):

@@ -48,6 +48,11 @@ class Call:
     alibi: bool
     alibi_batch_stride: int  # 0: one [heads] row of slopes shared by the batch
     seqlens_k: bool = False  # each batch row's own K/V length, from an int32 [batch] tensor
+    # A paged KV cache: k and v are pools [num_pages, page_size, kv_heads, head_dim], batch row b's
+    # key j in page block_table[b, j // page_size]; 0 and 0 without a block table.
+    page_size: int = 0
+    max_pages: int = 0
+    block_table_batch_stride: int = 0
 
     @property
     def features(self) -> frozenset:
@@ -64,6 +69,8 @@ class Call:
             needed.add("alibi")
         if self.seqlens_k:
             needed.add("seqlens_k")
+        if self.page_size:
+            needed.add("paged_kv")
         return frozenset(needed)
 
     @property
@@ -117,14 +124,19 @@ def _check_row_strides(name: str, t) -> None:
 
 
 def check_attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, return_lse=False,
-                    seqlens_k=None) -> Call:
+                    seqlens_k=None, block_table=None) -> Call:
     """Checks one call of attention() and returns it as a Call. Raises TypeError (not a tensor, a dtype
     the kernels do not take) or ValueError (anything else), before anything is launched.
 
     q: [batch, seq_q, heads, head_dim]; k, v: [batch, seq_kv, kv_heads, head_dim], kv_heads dividing
     heads; one dtype (fp16 or bf16) and one CUDA device; head_dim contiguous; alibi_slopes: None, or
     fp32 [heads] or [batch, heads] on the same device; seqlens_k: None, or a contiguous int32 [batch]
-    tensor on the same device (batch row b's keys are rows 0 .. seqlens_k[b] - 1 of k and v)."""
+    tensor on the same device (batch row b's keys are rows 0 .. seqlens_k[b] - 1 of k and v);
+    block_table: None, or an int32 [batch, max_pages] tensor on the same device, contiguous along its
+    last dimension: k and v are then pools of pages, [num_pages, page_size, kv_heads, head_dim] with
+    page_size a positive multiple of 16, batch row b's key j in row j % page_size of page
+    block_table[b, j // page_size], and seq_kv is max_pages * page_size (the page indices are
+    device data: not read here)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _require_tensor(name, t)
         if len(t.shape) != 4:
@@ -142,6 +154,30 @@ def check_attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=N
     kb, seq_kv, kv_heads, kd = _shape(k)
     if _shape(v) != _shape(k):
         raise ValueError("k and v must have one shape, not %s and %s" % (_shape(k), _shape(v)))
+    page_size = max_pages = table_batch_stride = 0
+    if block_table is not None:  # k and v are pools: [num_pages, page_size, kv_heads, head_dim]
+        _require_tensor("block_table", block_table)
+        if str(block_table.dtype) != "torch.int32":
+            raise TypeError("block_table has dtype %s: it must be torch.int32 (as in FlashAttention)" % block_table.dtype)
+        if block_table.device != q.device:
+            raise ValueError("block_table is on %s, q on %s: they must be on one device" % (block_table.device, q.device))
+        if len(_shape(block_table)) != 2 or _shape(block_table)[0] != batch or _shape(block_table)[1] <= 0:
+            raise ValueError("block_table must have shape (batch, max_pages) = (%s, max_pages >= 1), not %s"
+                             % (batch, _shape(block_table)))
+        max_pages = _shape(block_table)[1]
+        table_strides = tuple(block_table.stride())
+        if max_pages > 1 and table_strides[1] != 1:
+            raise ValueError("block_table must be contiguous along max_pages (stride %s, not 1): use "
+                             "block_table.contiguous()" % table_strides[1])
+        table_batch_stride = table_strides[0] if batch > 1 else max_pages
+        if batch > 1 and table_batch_stride != 0 and table_batch_stride < max_pages:
+            raise ValueError("block_table's rows overlap (batch stride %s < max_pages %s): use block_table.contiguous()"
+                             % (table_batch_stride, max_pages))
+        page_size = seq_kv
+        if page_size <= 0 or page_size % 16 != 0:
+            raise ValueError("a paged cache's pages must hold a multiple of 16 rows, not %s (k_cache's shape %s is "
+                             "[num_pages, page_size, kv_heads, head_dim])" % (page_size, _shape(k)))
+        kb, seq_kv = batch, max_pages * page_size  # the pool's page count is not the batch
     if kb != batch:
         raise ValueError("q and k must have one batch size, not %s and %s (shapes %s and %s)"
                          % (batch, kb, _shape(q), _shape(k)))
@@ -209,7 +245,8 @@ def check_attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=N
     return Call(batch=batch, seq_q=seq_q, seq_kv=seq_kv, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                 dtype=str(q.dtype), causal=bool(causal), softmax_scale=scale, return_lse=bool(return_lse),
                 alibi=alibi_slopes is not None, alibi_batch_stride=alibi_batch_stride,
-                seqlens_k=seqlens_k is not None)
+                seqlens_k=seqlens_k is not None, page_size=page_size, max_pages=max_pages,
+                block_table_batch_stride=table_batch_stride)
 
 
 def check_alignment(q, k, v) -> None:

@@ -37,9 +37,10 @@ def _view(t: torch.Tensor) -> _library.FaCapiTensor:
 @torch.library.custom_op("flash_stages::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Optional[torch.Tensor],
                   causal: bool, softmax_scale: Optional[float], return_lse: bool,
-                  stage: Optional[str], seqlens_k: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  stage: Optional[str], seqlens_k: Optional[torch.Tensor] = None,
+                  block_table: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
-                                   return_lse=return_lse, seqlens_k=seqlens_k)
+                                   return_lse=return_lse, seqlens_k=seqlens_k, block_table=block_table)
     _checks.check_alignment(q, k, v)
     chosen = _stage_for(call, q.device, stage)
     # Allocated here, so always contiguous: [batch, seq_q, heads, head_dim] and [batch, heads, seq_q].
@@ -54,7 +55,9 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
         lse_head_stride=call.seq_q,
         alibi=alibi_slopes.data_ptr() if alibi_slopes is not None else None,
         alibi_batch_stride=call.alibi_batch_stride,
-        seqlens_k=seqlens_k.data_ptr() if seqlens_k is not None else None)
+        seqlens_k=seqlens_k.data_ptr() if seqlens_k is not None else None,
+        block_table=block_table.data_ptr() if block_table is not None else None,
+        block_table_batch_stride=call.block_table_batch_stride, max_pages=call.max_pages, page_size=call.page_size)
     # The launch goes to q's device (the current device while the launcher runs) and PyTorch's current
     # stream there, so it is ordered with the work around it like any PyTorch operator.
     with torch.cuda.device(q.device):
@@ -63,11 +66,11 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, seqlens_k=None):
+def _attention_fake(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, seqlens_k=None, block_table=None):
     # The same checks on torch.compile's fake tensors, so bad input fails at compile time with the same
     # message; the outputs have the shapes, dtype and (contiguous) strides of the real ones.
     call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
-                                   return_lse=return_lse, seqlens_k=seqlens_k)
+                                   return_lse=return_lse, seqlens_k=seqlens_k, block_table=block_table)
     o = q.new_empty(call.o_shape)
     lse = q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
     return o, lse
@@ -127,27 +130,32 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
-    """FlashAttention-2's flash_attn_with_kvcache, for contiguous caches: attention of q against the
-    first cache_seqlens[b] (+ the new tokens) rows of batch row b's cache.
+    """FlashAttention-2's flash_attn_with_kvcache, for contiguous and paged caches: attention of q
+    against the first cache_seqlens[b] (+ the new tokens) keys of batch row b's cache.
 
-    q: [batch, seq_q, heads, head_dim]; k_cache, v_cache: [batch, seqlen_cache, kv_heads, head_dim];
-    k, v (optional): [batch, seqlen_new, kv_heads, head_dim], written into the caches in place at rows
+    q: [batch, seq_q, heads, head_dim]; k_cache, v_cache: [batch, seqlen_cache, kv_heads, head_dim],
+    or, with block_table (int32 [batch, max_pages]), pools of pages [num_pages, page_size, kv_heads,
+    head_dim] (page_size a multiple of 16 that divides the decoding stage's K/V block of 64 or is a
+    multiple of it: 16, 32, 64, 128, 192, 256, ...), where batch row b's key j is row j % page_size of
+    page block_table[b, j // page_size] and a row holds max_pages * page_size keys at most;
+    k, v (optional): [batch, seqlen_new, kv_heads, head_dim], written into the caches in place at keys
     cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before the attention, which then sees
     cache_seqlens[b] + seqlen_new keys; cache_seqlens: an int, or an int32 [batch] tensor (None: every
-    row of the cache). causal aligns each row's queries to the bottom-right of its own keys. It runs
-    on the stages that declare per-sequence lengths (the decoding track, "seqlens_k").
+    key of the cache). causal aligns each row's queries to the bottom-right of its own keys. It runs
+    on the stages that declare per-sequence lengths (the decoding track, "seqlens_k"), and "paged_kv"
+    with a block table.
 
-    The lengths are checked on the host (one copy of cache_seqlens from the device per call, and a
-    graph break under torch.compile): a length past the cache would otherwise be clamped by the
-    kernel or written out of bounds. What the kernels do not do is refused with NotImplementedError,
-    never ignored: rotary embeddings, cache_batch_idx, cache_leftpad, a paged cache (block_table), a
-    sliding window, softcap, a forced num_splits, and gradients."""
+    The lengths, and the page indices a row's keys use, are checked on the host (one copy from the
+    device per call, and a graph break under torch.compile): a length past the cache would otherwise
+    be clamped by the kernel or written out of bounds, and a page index outside the pool read or
+    written outside it. What the kernels do not do is refused with NotImplementedError, never
+    ignored: rotary embeddings, cache_batch_idx, cache_leftpad, a sliding window, softcap, a forced
+    num_splits, and gradients."""
     for name, value, default in (("rotary_cos", rotary_cos, None), ("rotary_sin", rotary_sin, None),
-                                 ("cache_batch_idx", cache_batch_idx, None), ("cache_leftpad", cache_leftpad, None),
-                                 ("block_table", block_table, None)):
+                                 ("cache_batch_idx", cache_batch_idx, None), ("cache_leftpad", cache_leftpad, None)):
         if value is not default:
-            raise NotImplementedError("%s: not supported by these kernels (contiguous caches without rotary "
-                                      "embeddings only); pass None" % name)
+            raise NotImplementedError("%s: not supported by these kernels (caches without rotary embeddings "
+                                      "only); pass None" % name)
     if tuple(window_size) != (-1, -1):
         raise NotImplementedError("window_size=%r: these kernels have no sliding-window (local) attention; pass "
                                   "(-1, -1)" % (tuple(window_size),))
@@ -167,6 +175,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     batch, seqlen_cache = q.shape[0], k_cache.shape[1]
     if k is not None and cache_seqlens is None:
         raise ValueError("new k and v need cache_seqlens: where in the cache they go")
+    page_size = 0
+    if block_table is not None:
+        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2:
+            raise TypeError("block_table must be a 2-D torch.int32 tensor [batch, max_pages], not %s"
+                            % (getattr(block_table, "dtype", None) or type(block_table).__name__))
+        if block_table.shape[0] != batch or block_table.device != q.device:
+            raise ValueError("block_table must have shape (batch, max_pages) with batch %d, on q's device %s, not %s on %s"
+                             % (batch, q.device, tuple(block_table.shape), block_table.device))
+        page_size = k_cache.shape[1]
+        seqlen_cache = block_table.shape[1] * page_size  # each row's keys: max_pages pages
 
     seqlens_k = None
     if cache_seqlens is not None:
@@ -188,15 +206,45 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if low < 0 or high + seqlen_new > seqlen_cache:
             raise ValueError("cache_seqlens (%d to %d) + %d new tokens must fit the cache's %d rows"
                              % (low, high, seqlen_new, seqlen_cache))
-        if k is not None:
+        if k is not None and block_table is None:
             # Row cache_seqlens[b] + i of batch row b takes new token i: one scatter per cache.
             rows = cache_seqlens.long()[:, None] + torch.arange(seqlen_new, device=q.device)[None, :]
             index = rows[:, :, None, None].expand(-1, -1, k.shape[2], k.shape[3])
             k_cache.scatter_(1, index, k.to(k_cache.dtype))
             v_cache.scatter_(1, index, v.to(v_cache.dtype))
         seqlens_k = (cache_seqlens + seqlen_new).to(torch.int32).contiguous()
+    if block_table is not None:
+        _check_pages_and_write(k_cache, v_cache, k, v, block_table, page_size, seqlens_k, cache_seqlens)
 
     scale = None if softmax_scale is None else float(softmax_scale)
     o, lse = torch.ops.flash_stages.attention(q, k_cache, v_cache, alibi_slopes, bool(causal), scale,
-                                              bool(return_softmax_lse), None, seqlens_k)
+                                              bool(return_softmax_lse), None, seqlens_k, block_table)
     return (o, lse) if return_softmax_lse else o
+
+
+def _check_pages_and_write(k_cache, v_cache, k, v, block_table, page_size, seqlens_k, cache_seqlens):
+    """A paged cache: the page indices that each row's keys use (its first ceil(length / page_size)
+    entries; every entry without cache_seqlens) must lie in the pool, checked on the host in one copy
+    (the kernels cannot: they read wherever an index points); then the new tokens go to their pages.
+    Key n = cache_seqlens[b] + i of batch row b (new token i) is row n % page_size of page
+    block_table[b, n // page_size]: one gather of the page indices, then one index_put_ per cache,
+    k_cache[pages, rows] = k, with pages and rows [batch, seqlen_new] (two sequences that share a page
+    and write the same row of it race, as two writes to one row would anywhere)."""
+    num_pages, max_pages = k_cache.shape[0], block_table.shape[1]
+    slots = torch.arange(max_pages, device=block_table.device)[None, :]
+    if seqlens_k is None:
+        used = block_table
+    else:
+        used = block_table[slots < (seqlens_k.long()[:, None] + page_size - 1) // page_size]
+    if used.numel():
+        low, high = (int(x) for x in torch.stack([used.min(), used.max()]).tolist())
+        if low < 0 or high >= num_pages:
+            raise ValueError("block_table's pages in use (%d to %d) must index the pool's %d pages (k_cache's first "
+                             "dimension)" % (low, high, num_pages))
+    if k is None:
+        return
+    keys = cache_seqlens.long()[:, None] + torch.arange(k.shape[1], device=k.device)[None, :]
+    pages = block_table.long().gather(1, keys // page_size)
+    rows = keys % page_size
+    k_cache[pages, rows] = k.to(k_cache.dtype)
+    v_cache[pages, rows] = v.to(v_cache.dtype)

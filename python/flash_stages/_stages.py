@@ -80,8 +80,8 @@ def choose(needed: frozenset, capability: tuple, built, requested: str | None = 
     stages add one idea each to their parent, so a track's last stage is its fastest: on compute
     capability 9.0 the last Hopper-track stage that declares the features, else (ALiBi, which only
     the Ampere track has, or any other GPU of compute capability 8.0 or newer) the last Ampere-track
-    stage that declares them, else (per-sequence K/V lengths, which only the decoding track has) the
-    last decoding-track stage that does. The experiments (measured, not adopted) and the backward
+    stage that declares them, else (per-sequence K/V lengths and paged caches, which only the decoding
+    track has) the last decoding-track stage that does. The experiments (measured, not adopted) and the backward
     track are never picked, only named.
     Only stages that handle any sequence length ("any_length") are picked, so that the default
     takes every shape.
@@ -111,8 +111,8 @@ def choose(needed: frozenset, capability: tuple, built, requested: str | None = 
 
     if capability[0] * 10 + capability[1] < 80:
         raise ValueError("this GPU has compute capability %s: the kernels need 8.0 or newer" % cc_text)
-    # The decoding track last: only it has per-sequence lengths (seqlens_k), and its speed at other
-    # calls is its parent's at best.
+    # The decoding track last: only it has per-sequence lengths (seqlens_k) and paged caches
+    # (paged_kv), and its speed at other calls is its parent's at best.
     tracks = ("hopper", "ampere", "decode") if tuple(capability[:2]) == (9, 0) else ("ampere", "decode")
     for track in tracks:
         fitting = [s for s in stages if s.track == track and s.id in built and s.runs_on(capability)
