@@ -8,16 +8,20 @@ Checks: the library lists exactly the stages of stages/*/stage.json, in order; i
 the size of the Python mirror; an unknown stage and a bad dtype come back as messages (codes 2 and
 1); and calls the launcher's validation rejects come back with its message naming the values the
 library read from the struct (kv_heads, heads, head_dim, the sizes, causal, num_splits), so a field
-at the wrong offset in either copy of the struct shows. Exit 0 if all hold, 1 otherwise.
+at the wrong offset in either copy of the struct shows; and the library is linked with -Bsymbolic and
+opened with RTLD_DEEPBIND (what keeps an imported PyTorch's exported C++-runtime code out of it).
+Exit 0 if all hold, 1 otherwise.
 """
 
+import os
+import struct
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from fa_capi import FaCapi, FaCapiError, FaCapiParams, FaCapiTensor  # noqa: E402
+from fa_capi import DLOPEN_MODE, FaCapi, FaCapiError, FaCapiParams, FaCapiTensor  # noqa: E402
 import stages  # noqa: E402
 
 failures = []
@@ -46,6 +50,29 @@ def rejected(lib, stage, p):
     except FaCapiError as e:
         return str(e)
     return None
+
+
+DT_FLAGS, DF_SYMBOLIC = 30, 0x2
+
+
+def dynamic_flags(path):
+    """DT_FLAGS of a 64-bit little-endian ELF shared library (0 if it has none): read from the
+    PT_DYNAMIC segment, no readelf needed."""
+    data = Path(path).read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return 0
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    for i in range(phnum):
+        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
+        if p_type == 2:  # PT_DYNAMIC: (d_tag, d_val) pairs up to DT_NULL
+            for off in range(p_offset, p_offset + p_filesz, 16):
+                tag, val = struct.unpack_from("<qQ", data, off)
+                if tag == 0:
+                    break
+                if tag == DT_FLAGS:
+                    return val
+    return 0
 
 
 def main():
@@ -79,6 +106,13 @@ def main():
           "num_splits read (%s does not declare split_kv): %r" % (names[0], message))
     message = rejected(lib, newest, params(num_splits=-2))
     check(message is not None and "num_splits -2 must be 0" in message, "a negative num_splits: %r" % message)
+
+    # Loaded into a process that has PyTorch's libraries (which export copies of some C++-runtime
+    # template code), a refused call's message crashed: the library binds its own definitions to
+    # itself (-Bsymbolic, DT_FLAGS SYMBOLIC) and the loaders open it with RTLD_DEEPBIND.
+    check(dynamic_flags(sys.argv[1]) & DF_SYMBOLIC != 0, "the library is linked with -Bsymbolic (DT_FLAGS has SYMBOLIC)")
+    check(sys.platform != "linux" or DLOPEN_MODE & os.RTLD_DEEPBIND != 0,
+          "tools/fa_capi.py opens it with RTLD_DEEPBIND")
 
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")
     return 1 if failures else 0

@@ -309,7 +309,8 @@ class BackwardLib:
     tools/fa_capi.py's FaCapi)."""
 
     def __init__(self, path):
-        self.lib = ctypes.CDLL(str(path))
+        from fa_capi import DLOPEN_MODE  # the same mode as FaCapi's load of the same library
+        self.lib = ctypes.CDLL(str(path), mode=DLOPEN_MODE)
         try:
             self.lib.fa_capi_backward_params_size.restype = ctypes.c_int
             self.lib.fa_capi_stage_has_backward.restype = ctypes.c_int

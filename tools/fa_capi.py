@@ -11,6 +11,7 @@ other (sizes and a launch whose error message names the field it read).
 
 import ctypes
 import math
+import os
 
 
 class FaCapiTensor(ctypes.Structure):
@@ -31,13 +32,19 @@ class FaCapiParams(ctypes.Structure):
                 ("max_pages", ctypes.c_int64), ("page_size", ctypes.c_int32)]
 
 
+# As python/flash_stages/_library.py loads it: RTLD_DEEPBIND, so that the library's references
+# resolve in it and its own dependencies before the copies of C++-runtime code that an imported
+# PyTorch exports (see there). Linux/glibc only.
+DLOPEN_MODE = getattr(os, "RTLD_DEEPBIND", 0) | getattr(os, "RTLD_LOCAL", 0)
+
+
 class FaCapiError(RuntimeError):
     pass
 
 
 class FaCapi:
     def __init__(self, path):
-        self.lib = ctypes.CDLL(str(path))
+        self.lib = ctypes.CDLL(str(path), mode=DLOPEN_MODE)
         self.lib.fa_capi_params_size.restype = ctypes.c_int
         if self.lib.fa_capi_params_size() != ctypes.sizeof(FaCapiParams):
             raise FaCapiError("%s: FaCapiParams is %d bytes there and %d here: tools/fa_capi.py no longer mirrors "

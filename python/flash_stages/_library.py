@@ -18,6 +18,12 @@ from pathlib import Path
 
 from ._stages import REPO
 
+# RTLD_DEEPBIND: the library's own references resolve in it and its dependencies (the C++ runtime
+# it was linked against) before the symbols the process already has. PyTorch's libraries export
+# copies of some C++-runtime template code; in a process that imported torch, a refused call's
+# error message (built with std::ostringstream) crashed on the GPU machine. Linux/glibc only.
+DLOPEN_MODE = getattr(os, "RTLD_DEEPBIND", 0) | getattr(os, "RTLD_LOCAL", 0)
+
 
 class FaCapiTensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64), ("seq_stride", ctypes.c_int64),
@@ -58,7 +64,7 @@ class Library:
             raise LibraryError("%s does not exist: build it in the repository with `cmake -S . -B build && cmake --build "
                                "build --target fa_capi`, or point FLASH_STAGES_LIB at a libfa_capi.so" % self.path)
         try:
-            lib = ctypes.CDLL(str(self.path))
+            lib = ctypes.CDLL(str(self.path), mode=DLOPEN_MODE)
         except OSError as e:
             raise LibraryError("could not load %s: %s" % (self.path, e)) from None
         try:
