@@ -4,15 +4,17 @@ library must refuse before touching the GPU, so no GPU is needed and none is use
 
     python3 tests/test_c_api.py build/libfa_capi.so
 
-Checks: the library lists exactly the stages of stages/*/stage.json, in order; its FaCapiParams has
-the size of the Python mirror; an unknown stage and a bad dtype come back as messages (codes 2 and
-1); and calls the launcher's validation rejects come back with its message naming the values the
-library read from the struct (kv_heads, heads, head_dim, the sizes, causal, num_splits), so a field
-at the wrong offset in either copy of the struct shows; and the library is linked with -Bsymbolic and
-opened with RTLD_DEEPBIND (what keeps an imported PyTorch's exported C++-runtime code out of it).
+Checks: the library lists exactly the stages of stages/*/stage.json, in order; its FaCapiParams and
+FaCapiBackwardParams have the sizes of the Python mirrors; an unknown stage and a bad dtype come
+back as messages (codes 2 and 1); and calls the launcher's validation rejects come back with its
+message naming the values the library read from the struct (kv_heads, heads, head_dim, the sizes,
+causal, num_splits), so a field at the wrong offset in either copy of the struct shows; and the
+library is linked with -Bsymbolic and opened with RTLD_DEEPBIND (what keeps an imported PyTorch's
+exported C++-runtime code out of it).
 Exit 0 if all hold, 1 otherwise.
 """
 
+import ctypes
 import os
 import struct
 import sys
@@ -21,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from fa_capi import DLOPEN_MODE, FaCapi, FaCapiError, FaCapiParams, FaCapiTensor  # noqa: E402
+from fa_capi import DLOPEN_MODE, FaCapi, FaCapiBackwardParams, FaCapiError, FaCapiParams, FaCapiTensor  # noqa: E402
 import stages  # noqa: E402
 
 failures = []
@@ -80,7 +82,12 @@ def main():
         print(__doc__)
         return 2
     lib = FaCapi(sys.argv[1])  # raises if the struct sizes differ
-    check(True, "FaCapiParams: %d bytes in the library and in tools/fa_capi.py" % lib.lib.fa_capi_params_size())
+    check(True, "FaCapiParams: %d bytes in the library and in python/flash_stages/_capi_structs.py (tools/fa_capi.py's)"
+          % lib.lib.fa_capi_params_size())
+    lib.lib.fa_capi_backward_params_size.restype = ctypes.c_int
+    check(lib.lib.fa_capi_backward_params_size() == ctypes.sizeof(FaCapiBackwardParams),
+          "FaCapiBackwardParams: %d bytes in the library, %d in python/flash_stages/_capi_structs.py" % (
+              lib.lib.fa_capi_backward_params_size(), ctypes.sizeof(FaCapiBackwardParams)))
     expected = [s.name for s in stages.all_stages()]
     names = lib.stage_names()
     check(names == expected, "the library has the %d stages of stages/<track>/*/stage.json, in order" % len(expected))

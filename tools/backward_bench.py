@@ -66,6 +66,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import stages as stage_declarations  # noqa: E402
+from fa_capi import DLOPEN_MODE, FaCapi, FaCapiBackwardParams  # noqa: E402  (standard library only)
 from cli_util import REPO, git_revision, nvidia_smi_query, shown_path, stage_runs_on  # noqa: E402
 
 DEFAULT_OUT_DIR = os.path.join(REPO, "plots", "results")
@@ -285,32 +286,16 @@ def print_plan(planned, total, stage_list, args, out=None):
 # The C interface of the backward (common/c_api_backward.h), through ctypes
 
 
-class FaCapiTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64), ("seq_stride", ctypes.c_int64),
-                ("head_stride", ctypes.c_int64)]
-
-
-class FaCapiBackwardParams(ctypes.Structure):
-    _fields_ = [("q", FaCapiTensor), ("k", FaCapiTensor), ("v", FaCapiTensor), ("o", FaCapiTensor),
-                ("d_o", FaCapiTensor), ("dq", FaCapiTensor), ("dk", FaCapiTensor), ("dv", FaCapiTensor),
-                ("dtype", ctypes.c_int32), ("causal", ctypes.c_int32),
-                ("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
-                ("seq_q", ctypes.c_int64), ("seq_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
-                ("softmax_scale", ctypes.c_float),
-                ("lse", ctypes.c_void_p), ("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64)]
-
-
 class BackwardError(RuntimeError):
     pass
 
 
 class BackwardLib:
     """fa_capi_launch_backward and friends of build/libfa_capi.so (the forward stays with
-    tools/fa_capi.py's FaCapi)."""
+    tools/fa_capi.py's FaCapi; the struct is its, FaCapiBackwardParams)."""
 
     def __init__(self, path):
-        from fa_capi import DLOPEN_MODE  # the same mode as FaCapi's load of the same library
-        self.lib = ctypes.CDLL(str(path), mode=DLOPEN_MODE)
+        self.lib = ctypes.CDLL(str(path), mode=DLOPEN_MODE)  # the same mode as FaCapi's load of the same library
         try:
             self.lib.fa_capi_backward_params_size.restype = ctypes.c_int
             self.lib.fa_capi_stage_has_backward.restype = ctypes.c_int
@@ -321,8 +306,8 @@ class BackwardLib:
         except AttributeError as e:
             raise BackwardError("%s has no backward interface (common/c_api_backward.h): rebuild it (%s)" % (path, e))
         if self.lib.fa_capi_backward_params_size() != ctypes.sizeof(FaCapiBackwardParams):
-            raise BackwardError("%s: FaCapiBackwardParams is %d bytes there and %d here: tools/backward_bench.py no "
-                                "longer mirrors common/c_api_backward.h" % (
+            raise BackwardError("%s: FaCapiBackwardParams is %d bytes there and %d here: python/flash_stages/"
+                                "_capi_structs.py no longer mirrors common/c_api_backward.h" % (
                                     path, self.lib.fa_capi_backward_params_size(),
                                     ctypes.sizeof(FaCapiBackwardParams)))
         self._message = ctypes.create_string_buffer(1024)
@@ -336,9 +321,7 @@ class BackwardLib:
         if code != 0:
             raise BackwardError(self._message.value.decode(errors="replace"))
 
-    @staticmethod
-    def tensor(t):
-        return FaCapiTensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+    tensor = staticmethod(FaCapi.tensor)  # a [B, S, H, D] tensor as FaCapiTensor
 
     @staticmethod
     def params(q, k, v, o, d_o, dq, dk, dv, lse, causal, softmax_scale):

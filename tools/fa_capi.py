@@ -5,37 +5,41 @@
     params = lib.params(q, k, v, o, causal=False)   # torch tensors [B, S, H, D], o written
     lib.launch("hopper_17", params, stream)  # by id or <track>_NN; raises FaCapiError with the launcher's message
 
-The structs below mirror common/c_api.h field by field; tests/test_c_api.py holds the two to each
-other (sizes and a launch whose error message names the field it read).
+The structs that mirror common/c_api.h and common/c_api_backward.h field by field, and the dlopen mode,
+are the Python package's (python/flash_stages/_capi_structs.py, loaded here by its path: no PyTorch,
+and nothing else of the package); tests/test_c_api.py holds them to the library (sizes and a launch
+whose error message names the field it read).
 """
 
 import ctypes
+import importlib.util
 import math
 import os
+import sys
+
+STRUCTS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python", "flash_stages",
+                            "_capi_structs.py")
 
 
-class FaCapiTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64), ("seq_stride", ctypes.c_int64),
-                ("head_stride", ctypes.c_int64)]
+def _load_structs():
+    """python/flash_stages/_capi_structs.py as a module of its own (once per process)."""
+    name = "_fa_capi_structs"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, STRUCTS_PATH)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
 
 
-class FaCapiParams(ctypes.Structure):
-    _fields_ = [("q", FaCapiTensor), ("k", FaCapiTensor), ("v", FaCapiTensor), ("o", FaCapiTensor),
-                ("dtype", ctypes.c_int32), ("causal", ctypes.c_int32),
-                ("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
-                ("seq_q", ctypes.c_int64), ("seq_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
-                ("softmax_scale", ctypes.c_float),
-                ("lse", ctypes.c_void_p), ("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64),
-                ("alibi", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64),
-                ("num_splits", ctypes.c_int32), ("seqlens_k", ctypes.c_void_p),
-                ("block_table", ctypes.c_void_p), ("block_table_batch_stride", ctypes.c_int64),
-                ("max_pages", ctypes.c_int64), ("page_size", ctypes.c_int32)]
-
-
+_structs = _load_structs()
+FaCapiTensor = _structs.FaCapiTensor
+FaCapiParams = _structs.FaCapiParams
+FaCapiBackwardParams = _structs.FaCapiBackwardParams  # common/c_api_backward.h (tools/backward_bench.py)
 # As python/flash_stages/_library.py loads it: RTLD_DEEPBIND, so that the library's references
 # resolve in it and its own dependencies before the copies of C++-runtime code that an imported
-# PyTorch exports (see there). Linux/glibc only.
-DLOPEN_MODE = getattr(os, "RTLD_DEEPBIND", 0) | getattr(os, "RTLD_LOCAL", 0)
+# PyTorch exports (see _capi_structs.py). Linux/glibc only.
+DLOPEN_MODE = _structs.DLOPEN_MODE
 
 
 class FaCapiError(RuntimeError):
@@ -47,8 +51,9 @@ class FaCapi:
         self.lib = ctypes.CDLL(str(path), mode=DLOPEN_MODE)
         self.lib.fa_capi_params_size.restype = ctypes.c_int
         if self.lib.fa_capi_params_size() != ctypes.sizeof(FaCapiParams):
-            raise FaCapiError("%s: FaCapiParams is %d bytes there and %d here: tools/fa_capi.py no longer mirrors "
-                              "common/c_api.h" % (path, self.lib.fa_capi_params_size(), ctypes.sizeof(FaCapiParams)))
+            raise FaCapiError("%s: FaCapiParams is %d bytes there and %d here: python/flash_stages/_capi_structs.py no "
+                              "longer mirrors common/c_api.h" % (path, self.lib.fa_capi_params_size(),
+                                                                  ctypes.sizeof(FaCapiParams)))
         self.lib.fa_capi_stage_count.restype = ctypes.c_int
         self.lib.fa_capi_stage_name.restype = ctypes.c_char_p
         self.lib.fa_capi_stage_name.argtypes = [ctypes.c_int]

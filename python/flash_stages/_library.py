@@ -2,9 +2,9 @@
 needs no build of its own and works with any PyTorch; the library is the one CMake builds,
 build/libfa_capi.so (target fa_capi).
 
-The structs mirror common/c_api.h field by field (as tools/fa_capi.py does for the benchmark); the
-library reports its own sizeof(FaCapiParams), and a mismatch is refused at load time rather than
-read at the wrong offsets.
+The structs that mirror common/c_api.h field by field are in _capi_structs.py (which the tools in
+tools/ load too); the library reports its own sizeof(FaCapiParams), and a mismatch is refused at
+load time rather than read at the wrong offsets.
 
 Standard library only: loading and listing stages need no PyTorch.
 """
@@ -16,31 +16,8 @@ import os
 import threading
 from pathlib import Path
 
+from ._capi_structs import DLOPEN_MODE, FaCapiParams, FaCapiTensor  # noqa: F401 (_ops.py uses FaCapiTensor)
 from ._stages import REPO
-
-# RTLD_DEEPBIND: the library's own references resolve in it and its dependencies (the C++ runtime
-# it was linked against) before the symbols the process already has. PyTorch's libraries export
-# copies of some C++-runtime template code; in a process that imported torch, a refused call's
-# error message (built with std::ostringstream) crashed on the GPU machine. Linux/glibc only.
-DLOPEN_MODE = getattr(os, "RTLD_DEEPBIND", 0) | getattr(os, "RTLD_LOCAL", 0)
-
-
-class FaCapiTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64), ("seq_stride", ctypes.c_int64),
-                ("head_stride", ctypes.c_int64)]
-
-
-class FaCapiParams(ctypes.Structure):
-    _fields_ = [("q", FaCapiTensor), ("k", FaCapiTensor), ("v", FaCapiTensor), ("o", FaCapiTensor),
-                ("dtype", ctypes.c_int32), ("causal", ctypes.c_int32),
-                ("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
-                ("seq_q", ctypes.c_int64), ("seq_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
-                ("softmax_scale", ctypes.c_float),
-                ("lse", ctypes.c_void_p), ("lse_batch_stride", ctypes.c_int64), ("lse_head_stride", ctypes.c_int64),
-                ("alibi", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64),
-                ("num_splits", ctypes.c_int32), ("seqlens_k", ctypes.c_void_p),
-                ("block_table", ctypes.c_void_p), ("block_table_batch_stride", ctypes.c_int64),
-                ("max_pages", ctypes.c_int64), ("page_size", ctypes.c_int32)]
 
 
 class LibraryError(RuntimeError):
@@ -78,9 +55,9 @@ class Library:
         except AttributeError as e:
             raise LibraryError("%s is not the kernels' C interface (libfa_capi.so): %s" % (self.path, e)) from None
         if lib.fa_capi_params_size() != ctypes.sizeof(FaCapiParams):
-            raise LibraryError("%s: FaCapiParams is %d bytes there and %d here: python/flash_stages/_library.py no longer "
-                               "mirrors common/c_api.h" % (self.path, lib.fa_capi_params_size(),
-                                                            ctypes.sizeof(FaCapiParams)))
+            raise LibraryError("%s: FaCapiParams is %d bytes there and %d here: python/flash_stages/_capi_structs.py "
+                               "no longer mirrors common/c_api.h" % (self.path, lib.fa_capi_params_size(),
+                                                                     ctypes.sizeof(FaCapiParams)))
         self._lib = lib
         self.stage_ids = tuple(lib.fa_capi_stage_name(i).decode() for i in range(lib.fa_capi_stage_count()))
 
