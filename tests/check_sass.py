@@ -169,19 +169,8 @@ class Declaration:
 
     def other_kernel(self, kernel: sass.Kernel):
         """(require, forbid, why) of the other_kernels entry naming this kernel, or None."""
-        # The mangled source name, <length><name>, after the stage's namespace and any namespaces
-        # nested in it (backward_01_base's kernels are in bwd::, 3bwd15backward_kernel...).
-        names = [sass.unqualified(kernel.name)]
-        while True:
-            m = re.match(r"(\d+)", names[-1])
-            rest = names[-1][m.end() + int(m.group(1)):] if m else ""
-            if not rest[:1].isdigit():
-                break
-            names.append(rest)
-        for name, entry in self.other_kernels.items():
-            if any(n.startswith("%d%s" % (len(name), name)) for n in names):
-                return entry
-        return None
+        name = kernel_named(kernel, self.other_kernels)
+        return self.other_kernels[name] if name else None
 
     @property
     def opcodes(self) -> list[str]:
@@ -191,6 +180,23 @@ class Declaration:
             if op not in out:
                 out.append(op)
         return out
+
+
+def kernel_named(kernel: sass.Kernel, names) -> str | None:
+    """Which of `names` (other_kernels keys) is this kernel's source name, or None."""
+    # The mangled source name, <length><name>, after the stage's namespace and any namespaces
+    # nested in it (backward_01_base's kernels are in bwd::, 3bwd15backward_kernel...).
+    mangled = [sass.unqualified(kernel.name)]
+    while True:
+        m = re.match(r"(\d+)", mangled[-1])
+        rest = mangled[-1][m.end() + int(m.group(1)):] if m else ""
+        if not rest[:1].isdigit():
+            break
+        mangled.append(rest)
+    for name in names:
+        if any(n.startswith("%d%s" % (len(name), name)) for n in mangled):
+            return name
+    return None
 
 
 def read_declaration(stage: stages.Stage, known: set[str]) -> Declaration:
@@ -351,8 +357,10 @@ def compare_with_parent(decl: Declaration, kernel: sass.Kernel, parent_kernels: 
     if not any(k.arch == arch for k in parent_kernels):
         not_evaluated.append("%s: %s has no %s code in this build" % (where, parent.name, arch))
         return []
+    # The parent's main kernels only: its other_kernels (a backward's, a combine) are checked on their own.
+    parent_others = parent.sass.get("other_kernels", {})
     matches = [k for k in parent_kernels if k.arch == arch and k.instantiation == kernel.instantiation
-               and k.flags == kernel.flags[:len(k.flags)]]
+               and k.flags == kernel.flags[:len(k.flags)] and kernel_named(k, parent_others) is None]
     if not report.expect(len(matches) == 1, where):
         return ["versus %s: %d kernels of %s %s in the parent (need exactly one)"
                 % (parent.name, len(matches), arch, kernel.label)]
