@@ -58,7 +58,6 @@ import math
 import os
 import random
 import shlex
-import shutil
 import statistics
 import sys
 import time
@@ -67,12 +66,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import stages as stage_declarations  # noqa: E402
 from fa_capi import DLOPEN_MODE, FaCapi, FaCapiBackwardParams  # noqa: E402  (standard library only)
-from cli_util import REPO, git_revision, nvidia_smi_query, shown_path, stage_runs_on  # noqa: E402
+from cli_util import (REPO, cuda_torch, fmt_duration, git_revision, k_int_list, length_text,  # noqa: E402
+                      nvidia_smi_query, report_written, results_paths, results_paths_text, shown_path,
+                      split_dtypes_and_references, stage_runs_on)
 
 DEFAULT_OUT_DIR = os.path.join(REPO, "plots", "results")
 REFERENCES = ("fa2", "cudnn")
 HEAD_DIMS = (64, 128)
-DTYPES = ("fp16", "bf16")
 TOLERANCE_FACTOR = 2.0
 TOLERANCE_EPSILON = 1e-5
 UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
@@ -105,30 +105,6 @@ def case_label(case):
                                      " causal" if case.causal else "")
 
 
-def length_text(n):
-    return "%dk" % (n // 1024) if n % 1024 == 0 else str(n)
-
-
-def counts(text):
-    """argparse type: '1024,2048' -> [1024, 2048], positive integers (k = 1024 allowed: '1k,8k')."""
-    out = []
-    for item in text.split(","):
-        item = item.strip().lower()
-        if not item:
-            continue
-        scale = 1024 if item.endswith("k") else 1
-        try:
-            value = int(item[:-1] if scale > 1 else item) * scale
-        except ValueError:
-            raise argparse.ArgumentTypeError("expected a comma-separated list of integers (k = 1024), got %r" % text)
-        if value < 1:
-            raise argparse.ArgumentTypeError("expected integers >= 1, got %r" % text)
-        out.append(value)
-    if not out:
-        raise argparse.ArgumentTypeError("expected at least one integer, got %r" % text)
-    return out
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="tools/backward_bench.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -137,8 +113,8 @@ def parse_args(argv):
                    help="comma-separated stage ids or <track>_NN (default: every stage with a backward pass; '' for none)")
     p.add_argument("--references", default="fa2,cudnn", help="comma-separated subset of fa2,cudnn ('' for none)")
     p.add_argument("--dtypes", default="fp16,bf16", help="fp16, bf16 or fp16,bf16 (default both)")
-    p.add_argument("--head-dims", type=counts, default=[64, 128], help="64, 128 or 64,128 (default both)")
-    p.add_argument("--seqs", type=counts, default=[1024, 2048, 4096, 8192],
+    p.add_argument("--head-dims", type=k_int_list, default=[64, 128], help="64, 128 or 64,128 (default both)")
+    p.add_argument("--seqs", type=k_int_list, default=[1024, 2048, 4096, 8192],
                    help="seq_q = seq_kv (default 1024,2048,4096,8192)")
     p.add_argument("--batch", type=int, default=16, help="default 16")
     p.add_argument("--heads", type=int, default=32, help="default 32")
@@ -158,13 +134,7 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true", help="print the cases, implementations and estimated time; no GPU")
     p.add_argument("--compute-capability", type=int, default=90, help="--dry-run: the GPU's (default 90)")
     args = p.parse_args(argv)
-    args.dtype_list = [d for d in args.dtypes.split(",") if d]
-    if not args.dtype_list or any(d not in DTYPES for d in args.dtype_list):
-        p.error("--dtypes takes fp16, bf16 or fp16,bf16, not %r" % args.dtypes)
-    args.reference_list = [r for r in args.references.split(",") if r]
-    for r in args.reference_list:
-        if r not in REFERENCES:
-            p.error("--references: unknown %r (known: %s)" % (r, ", ".join(REFERENCES)))
+    split_dtypes_and_references(p, args, REFERENCES)
     for d in args.head_dims:
         if d not in HEAD_DIMS:
             p.error("--head-dims: the stages compute head_dim 64 and 128, not %d" % d)
@@ -244,11 +214,6 @@ def estimate_case_seconds(case, impls, args):
         rate = ASSUMED_TFLOPS["stage" if kind == "stage" else name] * 1e12
         per_round += max(LAUNCH_HOST_S, args.host_gap_us * 1e-6 + flops / rate)
     return seconds + (1 + args.warmup + args.reps) * per_round
-
-
-def fmt_duration(seconds):
-    seconds = int(round(seconds))
-    return "%d min %02d s" % (seconds // 60, seconds % 60) if seconds >= 60 else "%d s" % seconds
 
 
 def plan(args, stage_list):
@@ -593,18 +558,6 @@ def print_case(case, rows, out=None):
             row["pct_of_cudnn"] or "-", row["status"][:100]), file=out, flush=True)
 
 
-def spin_kernel(torch, gap_us, clock_mhz):
-    """before_launch for interleaved.time_launches: torch.cuda._sleep for gap_us at clock_mhz, or None."""
-    if gap_us <= 0:
-        return None, "none"
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is None:
-        return None, "none (this PyTorch has no torch.cuda._sleep)"
-    cycles = int(gap_us * clock_mhz)
-    return (lambda: sleep(cycles)), "torch.cuda._sleep(%d) before every launch (%.0f us at %d MHz)" % (
-        cycles, gap_us, clock_mhz)
-
-
 def method_text(args, gap_text):
     return ("every implementation's dQ, dK, dV checked first against fp64 on %d sampled (batch, head) slices in full "
             "(common/checker.h's check_gradient rule: error <= 2 x max(u R, the input-dtype backward's error) + 1e-5 "
@@ -615,14 +568,6 @@ def method_text(args, gap_text):
             "once per round in an order shuffled each round, each launch between its own CUDA events; spin before "
             "launches: %s; the row's time is the minimum over the rounds; backward FLOPs = 2.5 x 4 B H Sq Skv D, "
             "halved for causal" % (args.check_slices, args.warmup, args.reps, gap_text))
-
-
-def output_paths(args, gpu, started):
-    if args.csv:
-        return args.csv, None
-    import bench  # its slug() names the results files
-    name = "backward_%s_%s.csv" % (bench.slug(gpu), started.strftime("%Y%m%d-%H%M%S"))
-    return os.path.join(args.out_dir, name), os.path.join(args.out_dir, "backward_latest.csv")
 
 
 def main(argv=None):
@@ -639,9 +584,7 @@ def main(argv=None):
     if args.dry_run:
         planned, total = plan(args, stage_list)
         print_plan(planned, total, stage_list, args)
-        print("backward_bench: would write %s" % (
-            shown_path(args.csv) if args.csv else
-            shown_path(os.path.join(args.out_dir, "backward_<gpu>_<date>.csv")) + " and backward_latest.csv"))
+        print("backward_bench: would write %s" % results_paths_text(args, "backward"))
         return 0
     return measure(args, command, stage_list)
 
@@ -654,14 +597,10 @@ def measure(args, command, stage_list):
               file=sys.stderr)
         return 2
     smi_start = nvidia_smi_query()
-    try:
-        import torch
-    except Exception as e:
-        print("backward_bench.py: PyTorch is not importable (%s); nothing was timed." % e, file=sys.stderr)
+    torch = cuda_torch("backward_bench.py")
+    if torch is None:
         return 3
-    if not torch.cuda.is_available():
-        print("backward_bench.py: PyTorch sees no CUDA device; nothing was timed.", file=sys.stderr)
-        return 3
+    import interleaved
     import torch_reference as ref
     import fa_capi
     try:  # the check's low-precision baseline multiplies in fp32, not TF32
@@ -685,11 +624,11 @@ def measure(args, command, stage_list):
             shown_path(args.lib), ", ".join(missing)), file=sys.stderr)
         return 2
     clock_mhz = int(float(smi_start.get("max_sm_clock_mhz") or 2000))
-    before_launch, gap_text = spin_kernel(torch, args.host_gap_us, clock_mhz)
+    before_launch, gap_text = interleaved.spin_kernel(torch, args.host_gap_us, clock_mhz)
     planned, total = plan(args, runnable)
     print_plan(planned, total, runnable, args)
     stream = torch.cuda.current_stream().cuda_stream
-    csv_path, latest = output_paths(args, torch.cuda.get_device_name(), started)
+    csv_path, latest = results_paths(args, "backward", torch.cuda.get_device_name(), started)
     header = ref.torch_header(torch)
     rows, failed = [], False
     smi_end = {}
@@ -726,11 +665,7 @@ def measure(args, command, stage_list):
         write()  # after every case: a crash keeps what came before it
     smi_end.update(nvidia_smi_query())
     write()
-    print("backward_bench: wrote %s in %s (estimated %s)" % (shown_path(csv_path), fmt_duration(time.time() - wall_start),
-                                                             fmt_duration(total)))
-    if latest:
-        shutil.copyfile(csv_path, latest)
-        print("backward_bench: and %s" % shown_path(latest))
+    report_written("backward_bench", csv_path, latest, time.time() - wall_start, total)
     return 1 if failed else 0
 
 

@@ -1,5 +1,7 @@
-"""Small pieces every command-line tool in tools/ shares: the repository root, how a path is shown,
-how a list option is parsed, and which GPU runs which stage.
+"""Small pieces every command-line tool in tools/ shares: the repository root, how a path, a length
+and a duration are shown, how a list option is parsed, which GPU runs which stage, and (for the
+benchmarks that time in one PyTorch process: decode_bench.py, backward_bench.py, interleaved.py)
+PyTorch with a GPU and where a results CSV goes.
 
 Scripts in tools/ import it directly (Python puts a script's own folder on sys.path).
 Standard library only.
@@ -7,7 +9,9 @@ Standard library only.
 
 import argparse
 import os
+import shutil
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,6 +31,55 @@ def int_list(text, minimum=1):
     if not values or min(values) < minimum:
         raise argparse.ArgumentTypeError("expected integers >= %d, got %r" % (minimum, text))
     return values
+
+
+def k_int_list(text, bad="expected a comma-separated list of integers (k = 1024), got %r",
+               small="expected integers >= 1, got %r", empty="expected at least one integer, got %r"):
+    """argparse type: '1k,16k,65536' -> [1024, 16384, 65536], positive integers, k = 1024. bad, small
+    and empty: the messages (with %r for the text) for an item that is not a number, one below 1, and
+    no item at all."""
+    out = []
+    for item in text.split(","):
+        item = item.strip().lower()
+        if not item:
+            continue
+        scale = 1024 if item.endswith("k") else 1
+        try:
+            value = int(item[:-1] if scale > 1 else item) * scale
+        except ValueError:
+            raise argparse.ArgumentTypeError(bad % text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(small % text)
+        out.append(value)
+    if not out:
+        raise argparse.ArgumentTypeError(empty % text)
+    return out
+
+
+DTYPES = ("fp16", "bf16")
+
+
+def split_dtypes_and_references(parser, args, references):
+    """args.dtype_list and args.reference_list from the comma-separated --dtypes and --references
+    ('' for no reference), or parser.error naming what is not in DTYPES or in references."""
+    args.dtype_list = [d for d in args.dtypes.split(",") if d]
+    if not args.dtype_list or any(d not in DTYPES for d in args.dtype_list):
+        parser.error("--dtypes takes fp16, bf16 or fp16,bf16, not %r" % args.dtypes)
+    args.reference_list = [r for r in args.references.split(",") if r]
+    for r in args.reference_list:
+        if r not in references:
+            parser.error("--references: unknown %r (known: %s)" % (r, ", ".join(references)))
+
+
+def length_text(n):
+    """4096 -> '4k' (a multiple of 1024), else the number: a length in a case's label."""
+    return "%dk" % (n // 1024) if n % 1024 == 0 else str(n)
+
+
+def fmt_duration(seconds):
+    """'42 s', '3 min 07 s'."""
+    seconds = int(round(seconds))
+    return "%d min %02d s" % (seconds // 60, seconds % 60) if seconds >= 60 else "%d s" % seconds
 
 
 def compute_capability(text):
@@ -88,3 +141,47 @@ def nvidia_smi_query():
     if len(parts) < len(fields):
         return {}
     return dict(zip(fields[:-1], parts[:len(fields) - 1]), name=",".join(parts[len(fields) - 1:]))
+
+
+# The benchmarks that time in one PyTorch process
+
+
+def cuda_torch(prog):
+    """The torch module, or None (after saying why on stderr, naming prog) when PyTorch is not
+    importable or sees no CUDA device: the caller times nothing and exits 3."""
+    try:
+        import torch
+    except Exception as e:
+        print("%s: PyTorch is not importable (%s); nothing was timed." % (prog, e), file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        print("%s: PyTorch sees no CUDA device; nothing was timed." % prog, file=sys.stderr)
+        return None
+    return torch
+
+
+def results_paths(args, prefix, gpu, started):
+    """(the CSV to write, the <prefix>_latest.csv to copy it to, or None): args.csv alone when given,
+    else <prefix>_<gpu>_<date>.csv and <prefix>_latest.csv in args.out_dir."""
+    if args.csv:
+        return args.csv, None
+    import bench  # its slug() names the results files
+    name = "%s_%s_%s.csv" % (prefix, bench.slug(gpu), started.strftime("%Y%m%d-%H%M%S"))
+    return os.path.join(args.out_dir, name), os.path.join(args.out_dir, "%s_latest.csv" % prefix)
+
+
+def results_paths_text(args, prefix):
+    """What results_paths will give, for a dry run: 'plots/results/<prefix>_<gpu>_<date>.csv and
+    <prefix>_latest.csv', or args.csv."""
+    if args.csv:
+        return shown_path(args.csv)
+    return shown_path(os.path.join(args.out_dir, "%s_<gpu>_<date>.csv" % prefix)) + " and %s_latest.csv" % prefix
+
+
+def report_written(tag, csv_path, latest, seconds, estimate):
+    """Prints where the CSV went, in how long against the estimate, and copies it to latest (if not None)."""
+    print("%s: wrote %s in %s (estimated %s)" % (tag, shown_path(csv_path), fmt_duration(seconds),
+                                                 fmt_duration(estimate)))
+    if latest:
+        shutil.copyfile(csv_path, latest)
+        print("%s: and %s" % (tag, shown_path(latest)))

@@ -51,7 +51,6 @@ import io
 import os
 import random
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -61,7 +60,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import decode_csv  # noqa: E402
 import stages as stage_declarations  # noqa: E402
-from cli_util import REPO, git_revision, nvidia_smi_query, shown_path, stage_runs_on  # noqa: E402
+from cli_util import (REPO, cuda_torch, fmt_duration, git_revision, int_list, k_int_list,  # noqa: E402
+                      length_text, nvidia_smi_query, report_written, results_paths, results_paths_text, shown_path,
+                      split_dtypes_and_references, stage_runs_on)
 from decode_csv import decode_bytes, fmt_bytes, kv_cache_bytes, rotation_copies  # noqa: E402
 
 DEFAULT_OUT_DIR = os.path.join(REPO, "plots", "results")
@@ -95,39 +96,10 @@ def case_label(case):
                                             case.kv_heads, length_text(case.seq_kv), " causal" if case.causal else "")
 
 
-def length_text(n):
-    return "%dk" % (n // 1024) if n % 1024 == 0 else str(n)
-
-
 def lengths(text):
     """argparse type: '4k,16k,65536' -> [4096, 16384, 65536] (k = 1024)."""
-    out = []
-    for item in text.split(","):
-        item = item.strip().lower()
-        if not item:
-            continue
-        scale = 1024 if item.endswith("k") else 1
-        try:
-            value = int(item[:-1] if scale > 1 else item) * scale
-        except ValueError:
-            raise argparse.ArgumentTypeError("expected lengths such as 4k,16k,65536, got %r" % text)
-        if value < 1:
-            raise argparse.ArgumentTypeError("lengths must be >= 1, got %r" % text)
-        out.append(value)
-    if not out:
-        raise argparse.ArgumentTypeError("expected at least one length, got %r" % text)
-    return out
-
-
-def counts(text):
-    """argparse type: '1,16,64' -> [1, 16, 64], positive integers."""
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of integers, got %r" % text)
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("expected integers >= 1, got %r" % text)
-    return values
+    return k_int_list(text, bad="expected lengths such as 4k,16k,65536, got %r", small="lengths must be >= 1, got %r",
+                      empty="expected at least one length, got %r")
 
 
 def byte_count(text):
@@ -171,11 +143,11 @@ def parse_args(argv):
     p.add_argument("--no-parents", action="store_true", help="without the non-split stages the track branched from")
     p.add_argument("--references", default="fa2,cudnn", help="comma-separated subset of fa2,cudnn ('' for none)")
     p.add_argument("--dtypes", default="fp16", help="fp16, bf16 or fp16,bf16 (default fp16)")
-    p.add_argument("--head-dims", type=counts, default=[128], help="64, 128 or 64,128 (default 128)")
-    p.add_argument("--batches", type=counts, default=[1, 16, 64], help="default 1,16,64")
-    p.add_argument("--seq-qs", type=counts, default=[1, 8], help="query rows per sequence (default 1,8)")
+    p.add_argument("--head-dims", type=int_list, default=[128], help="64, 128 or 64,128 (default 128)")
+    p.add_argument("--batches", type=int_list, default=[1, 16, 64], help="default 1,16,64")
+    p.add_argument("--seq-qs", type=int_list, default=[1, 8], help="query rows per sequence (default 1,8)")
     p.add_argument("--heads", type=int, default=32, help="query heads (default 32)")
-    p.add_argument("--kv-heads", type=counts, default=[32, 8, 1], help="K/V heads (default 32,8,1)")
+    p.add_argument("--kv-heads", type=int_list, default=[32, 8, 1], help="K/V heads (default 32,8,1)")
     p.add_argument("--seq-kvs", type=lengths, default=lengths("4k,16k,64k,128k"),
                    help="KV cache lengths, k = 1024 (default 4k,16k,64k,128k)")
     p.add_argument("--causal", choices=("off", "on", "both"), default="off",
@@ -207,13 +179,7 @@ def parse_args(argv):
                    help="--dry-run: the GPU memory free at the start (default 79: an H100 80GB; H200: 139)")
     p.add_argument("--compute-capability", type=int, default=90, help="--dry-run: the GPU's (default 90)")
     args = p.parse_args(argv)
-    args.dtype_list = [d for d in args.dtypes.split(",") if d]
-    if not args.dtype_list or any(d not in decode_csv.ELEMENT_BYTES for d in args.dtype_list):
-        p.error("--dtypes takes fp16, bf16 or fp16,bf16, not %r" % args.dtypes)
-    args.reference_list = [r for r in args.references.split(",") if r]
-    for r in args.reference_list:
-        if r not in REFERENCES:
-            p.error("--references: unknown %r (known: %s)" % (r, ", ".join(REFERENCES)))
+    split_dtypes_and_references(p, args, REFERENCES)
     if args.heads < 1:
         p.error("--heads must be >= 1")
     if args.warmup < 0 or args.reps < 1:
@@ -329,11 +295,6 @@ def estimate_case_seconds(case, roles, copies, args):
     gap = args.host_gap_us * 1e-6
     per_round = sum(max(LAUNCH_HOST_S, gap + launch_seconds(case, role)) for role in roles)
     return seconds + (args.warmup + args.reps) * per_round
-
-
-def fmt_duration(seconds):
-    seconds = int(round(seconds))
-    return "%d min %02d s" % (seconds // 60, seconds % 60) if seconds >= 60 else "%d s" % seconds
 
 
 def plan(args, stage_roles, l2_bytes, free_bytes):
@@ -593,18 +554,6 @@ def print_case(case, rows, read_bw, out=None):
             file=out, flush=True)
 
 
-def spin_kernel(torch, gap_us, clock_mhz):
-    """before_launch for interleaved.time_launches: torch.cuda._sleep for gap_us at clock_mhz, or None."""
-    if gap_us <= 0:
-        return None, "none"
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is None:
-        return None, "none (this PyTorch has no torch.cuda._sleep)"
-    cycles = int(gap_us * clock_mhz)
-    return (lambda: sleep(cycles)), "torch.cuda._sleep(%d) before every launch (%.0f us at %d MHz)" % (
-        cycles, gap_us, clock_mhz)
-
-
 def method_text(args, gap_text):
     return ("each implementation's output checked against fp64 attention first (common/checker.h's rule on every "
             "query row up to %d of %d sampled batches; every element finite; a stage's output poisoned before), no "
@@ -613,14 +562,6 @@ def method_text(args, gap_text):
             "copies holding >= %d x L2, launch n reading copy n mod copies; spin before launches: %s; the row's time "
             "is the minimum over the rounds; GB/s = (K and V read + Q read + O written) / time, 10^9 bytes" % (
                 args.check_rows, args.check_batches, args.warmup, args.reps, args.l2_factor, gap_text))
-
-
-def output_paths(args, gpu, started):
-    if args.csv:
-        return args.csv, None
-    import bench  # its slug() names the results files
-    name = "decode_%s_%s.csv" % (bench.slug(gpu), started.strftime("%Y%m%d-%H%M%S"))
-    return os.path.join(args.out_dir, name), os.path.join(args.out_dir, "decode_latest.csv")
 
 
 def main(argv=None):
@@ -640,9 +581,7 @@ def main(argv=None):
         planned, total = plan(args, stage_roles, l2_bytes, free_bytes)
         print_plan(planned, total, stage_roles, args, l2_bytes, free_bytes)
         print("decode_bench: would run %s hbm-read --bytes %d before and after the cases, and write %s" % (
-            shown_path(args.microbench), args.read_bytes,
-            shown_path(args.csv) if args.csv else shown_path(os.path.join(args.out_dir, "decode_<gpu>_<date>.csv"))
-            + " and decode_latest.csv"))
+            shown_path(args.microbench), args.read_bytes, results_paths_text(args, "decode")))
         return 0
     return measure(args, command, stage_roles)
 
@@ -663,14 +602,10 @@ def measure(args, command, stage_roles):
         return 2 if "not built" in str(e) else 3
     print("decode_bench: HBM read bandwidth %.1f GB/s (fa_microbench hbm-read, before the cases)" % read_before,
           flush=True)
-    try:
-        import torch
-    except Exception as e:
-        print("decode_bench.py: PyTorch is not importable (%s); nothing was timed." % e, file=sys.stderr)
+    torch = cuda_torch("decode_bench.py")
+    if torch is None:
         return 3
-    if not torch.cuda.is_available():
-        print("decode_bench.py: PyTorch sees no CUDA device; nothing was timed.", file=sys.stderr)
-        return 3
+    import interleaved
     import torch_reference as ref
     from fa_capi import FaCapi
     gpu_cc = torch.cuda.get_device_capability()
@@ -692,14 +627,14 @@ def measure(args, command, stage_roles):
         print("decode_bench.py: neither PyTorch nor fa_microbench info gives the L2 size", file=sys.stderr)
         return 3
     clock_mhz = int(float(smi_start.get("max_sm_clock_mhz") or 2000))
-    before_launch, gap_text = spin_kernel(torch, args.host_gap_us, clock_mhz)
+    before_launch, gap_text = interleaved.spin_kernel(torch, args.host_gap_us, clock_mhz)
     torch.cuda.empty_cache()
     free_bytes = torch.cuda.mem_get_info()[0]
     planned, total = plan(args, runnable, l2_bytes, free_bytes)
     print_plan(planned, total, runnable, args, l2_bytes, free_bytes)
     stream = torch.cuda.current_stream().cuda_stream
     rows, failed = [], False
-    csv_path, latest = output_paths(args, torch.cuda.get_device_name(), started)
+    csv_path, latest = results_paths(args, "decode", torch.cuda.get_device_name(), started)
     header = ref.torch_header(torch)
 
     smi_end = {}
@@ -763,11 +698,7 @@ def measure(args, command, stage_roles):
         print("decode_bench.py: the read bandwidth after the cases: %s" % e, file=sys.stderr)
         read_after = None
     write(read_after)
-    print("decode_bench: wrote %s in %s (estimated %s)" % (shown_path(csv_path), fmt_duration(time.time() - wall_start),
-                                                           fmt_duration(total)))
-    if latest:
-        shutil.copyfile(csv_path, latest)
-        print("decode_bench: and %s" % shown_path(latest))
+    report_written("decode_bench", csv_path, latest, time.time() - wall_start, total)
     if not args.no_plot:
         status = subprocess.call([sys.executable, PLOT, "--decode", csv_path, "--out-dir", args.plot_dir])
         if status != 0:

@@ -65,7 +65,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch_reference as ref  # noqa: E402
-from cli_util import git_revision, int_list, nvidia_smi_query  # noqa: E402
+from cli_util import cuda_torch, git_revision, int_list, nvidia_smi_query  # noqa: E402
 from fa_capi import FaCapi, FaCapiError  # noqa: E402
 from nvml import Nvml, NvmlError  # noqa: E402
 from results_csv import attention_flops  # noqa: E402
@@ -241,6 +241,19 @@ def time_launches(torch, timed, warmup, reps, order, nvml=None, seed=1, before_l
     return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in events.items()}, readings
 
 
+def spin_kernel(torch, gap_us, clock_mhz):
+    """(before_launch for time_launches, its description): torch.cuda._sleep for gap_us at clock_mhz,
+    or None (tools/decode_bench.py, tools/backward_bench.py: --host-gap-us)."""
+    if gap_us <= 0:
+        return None, "none"
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is None:
+        return None, "none (this PyTorch has no torch.cuda._sleep)"
+    cycles = int(gap_us * clock_mhz)
+    return (lambda: sleep(cycles)), "torch.cuda._sleep(%d) before every launch (%.0f us at %d MHz)" % (
+        cycles, gap_us, clock_mhz)
+
+
 def readings_summary(readings):
     """(median SM MHz, median W, median C, the most frequent clock-event reasons) of NVML readings."""
     reasons = [r[3] for r in readings]
@@ -367,13 +380,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     args.command = "tools/interleaved.py " + " ".join(argv)
-    try:
-        import torch
-    except Exception as e:
-        print("interleaved.py: PyTorch is not importable (%s); nothing was timed." % e, file=sys.stderr)
-        return 3
-    if not torch.cuda.is_available():
-        print("interleaved.py: PyTorch sees no CUDA device; nothing was timed.", file=sys.stderr)
+    torch = cuda_torch("interleaved.py")
+    if torch is None:
         return 3
     lib = FaCapi(args.lib)
     nvml = None
