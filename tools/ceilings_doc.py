@@ -17,7 +17,7 @@ import os
 import sys
 
 from cli_util import REPO
-from results_csv import number
+from results_csv import number, read_commented_csv
 DEFAULT_CSV = os.path.join(REPO, "plots", "results", "ceilings_latest.csv")
 
 # Dense fp16/bf16 tensor-core FLOP per clock per SM, with fp32 accumulation. sm_90: 989.4 TFLOP/s
@@ -46,15 +46,7 @@ NO_RESULTS = ("No ceilings measured yet: run `bash scripts/microbench.sh` on the
 def read_ceilings_csv(path):
     """(meta: {key: value} from the '# key=value' lines, first one wins; rows: [dict]): the file
     scripts/microbench.sh writes."""
-    meta, lines = {}, []
-    with open(path, newline="", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("#"):
-                key, sep, value = line[1:].strip().partition("=")
-                if sep:
-                    meta.setdefault(key.strip(), value.strip())
-            elif line.strip():
-                lines.append(line)
+    meta, lines = read_commented_csv(path)
     return meta, list(csv.DictReader(lines))
 
 

@@ -22,6 +22,8 @@ cost, and shows as a lower GB/s.
 import csv
 import math
 
+from results_csv import number, read_commented_csv
+
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
 
 # The columns tools/decode_bench.py writes, in order.
@@ -104,14 +106,6 @@ def fmt_bytes(n):
     return "%d B" % n
 
 
-def number(text):
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if value == value else None
-
-
 def passed(row):
     return row.get("status") == "PASS" and number(row.get(TIME_COLUMN)) is not None
 
@@ -161,15 +155,7 @@ class DecodeCsvError(Exception):
 
 def read_decode_csv(path):
     """(meta {key: value}, rows [dict of str]); DecodeCsvError if a column of COLUMNS is missing."""
-    meta, lines = {}, []
-    with open(path, newline="", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("#"):
-                key, sep, value = line[1:].strip().partition("=")
-                if sep:
-                    meta.setdefault(key.strip(), value.strip())
-            elif line.strip():
-                lines.append(line)
+    meta, lines = read_commented_csv(path)
     reader = csv.DictReader(lines)
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
     if missing:

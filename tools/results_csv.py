@@ -200,21 +200,28 @@ def normalize_row(row):
     return row
 
 
+def read_commented_csv(path):
+    """(meta: {key: value} from the '# key=value' lines, the first one of a key wins; the other
+    non-blank lines, for csv.DictReader): the results CSVs of bench.py and decode_bench.py and
+    scripts/microbench.sh's ceilings share this layout."""
+    meta, lines = {}, []
+    with open(path, newline="", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#"):
+                key, sep, value = line[1:].strip().partition("=")
+                if sep:
+                    meta.setdefault(key.strip(), value.strip())
+            elif line.strip():
+                lines.append(line)
+    return meta, lines
+
+
 def read_results_csv(path):
     """(meta: {key: value} from the '# key=value' lines (first one wins), rows: [dict of str]).
 
     Every row has every column of COLUMNS (normalize_row); pct_of_fa2 and
     pct_of_cudnn are filled in where the file left them out (fill_reference_ratios)."""
-    meta, lines = {}, []
-    with open(path, newline="", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("#"):
-                text = line[1:].strip()
-                if "=" in text:
-                    key, value = text.split("=", 1)
-                    meta.setdefault(key.strip(), value.strip())
-            elif line.strip():
-                lines.append(line)
+    meta, lines = read_commented_csv(path)
     rows = [normalize_row(dict(r)) for r in csv.DictReader(lines)]
     return meta, fill_reference_ratios(rows)
 
