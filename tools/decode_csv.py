@@ -16,7 +16,9 @@ The bytes counted are those any implementation must move at least once per step:
 so a grouped-query or multi-query cache counts its K/V heads once, however many query heads read
 them, and a causal mask aligned to the bottom-right changes nothing (the last query row sees every
 key). Workspace traffic (split-KV's partial O and LSE) is not counted: it is the implementation's
-cost, and shows as a lower GB/s.
+cost, and shows as a lower GB/s. A paged cache (cache "paged<N>": pages of N rows in a pool, found
+through a block table) moves the same K and V, plus the block table's entries that the sequences'
+keys use, 4 bytes each (block_table_bytes; a row of the pool past a sequence's end is not read).
 """
 
 import csv
@@ -29,8 +31,15 @@ ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
 # The columns tools/decode_bench.py writes, in order.
 #   kind            stage (this project's) or reference (fa2, cudnn: PyTorch's SDPA backends)
 #   causal          1: bottom-right causal mask (only for seq_q > 1; at seq_q = 1 it masks nothing)
+#   cache           contiguous: K and V [batch, seq_kv, kv_heads, head_dim]; paged<N> (e.g. paged16):
+#                   pools of pages of N rows, [num_pages, N, kv_heads, head_dim], the pages in a random
+#                   order, found through a block table (only stages declaring "paged_kv"). fa2 and
+#                   cudnn rows are always contiguous (SDPA takes no block table), and a paged row's
+#                   pct_of_fa2 and pct_of_cudnn compare it with their contiguous time in the same
+#                   rounds. A CSV without the column (before paged caches) reads as contiguous
 #   kv_copies       the copies of K and V that the launches rotate over (cold L2; rotation_copies)
-#   bytes           decode_bytes: K and V read + Q read + O written, once
+#   bytes           decode_bytes: K and V read + Q read + O written, once (+ the block table's
+#                   entries in use, for a paged row)
 #   median_ms       median over the timed rounds
 #   min_ms          minimum over the timed rounds: the row's time (the statistic of rounds, as in
 #                   tools/results_csv.py STATISTIC), from which the next four columns come
@@ -43,10 +52,15 @@ ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
 #                   the case), skipped: ... (the case does not fit in the GPU's memory); only PASS
 #                   rows have times
 COLUMNS = ["impl", "kind", "dtype", "head_dim", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "causal",
-           "kv_copies", "bytes", "median_ms", "min_ms", "gbytes_per_s", "pct_of_read_bw", "pct_of_fa2",
+           "cache", "kv_copies", "bytes", "median_ms", "min_ms", "gbytes_per_s", "pct_of_read_bw", "pct_of_fa2",
            "pct_of_cudnn", "max_abs_err", "status"]
 
-# What makes two rows the same problem.
+# Columns an older CSV may lack, and the value its rows read as.
+OPTIONAL_COLUMNS = {"cache": "contiguous"}
+CONTIGUOUS = "contiguous"
+
+# What makes two rows the same problem (the cache is not part of it: a paged row is the same
+# attention as the contiguous one, and is compared with the references' contiguous time).
 SHAPE_COLUMNS = ["dtype", "head_dim", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "causal"]
 
 REFERENCES = ("fa2", "cudnn")
@@ -73,6 +87,42 @@ def decode_bytes(batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype):
     """The bytes one decoding step moves at least once: K and V read, Q read, O written."""
     q_or_o = batch * seq_q * heads * head_dim * element_bytes(dtype)
     return kv_cache_bytes(batch, kv_heads, seq_kv, head_dim, dtype) + 2 * q_or_o
+
+
+def cache_label(page_size):
+    """The cache column: 'contiguous' for page_size 0 or None, else 'paged<page_size>'."""
+    return "paged%d" % page_size if page_size else CONTIGUOUS
+
+
+def page_size_of(label):
+    """cache_label's inverse: 'paged16' -> 16, 'contiguous' (or '') -> 0; ValueError otherwise."""
+    if label in (CONTIGUOUS, ""):
+        return 0
+    if label.startswith("paged") and label[5:].isdigit() and int(label[5:]) > 0:
+        return int(label[5:])
+    raise ValueError("cache must be contiguous or paged<rows per page>, not %r" % label)
+
+
+def pages_per_sequence(seq_kv, page_size):
+    """ceil(seq_kv / page_size): the block table's entries per sequence (max_pages)."""
+    return -(-seq_kv // page_size)
+
+
+def block_table_bytes(batch, seq_kv, page_size):
+    """The block table's entries that the keys use: batch * ceil(seq_kv / page_size) int32."""
+    return batch * pages_per_sequence(seq_kv, page_size) * 4
+
+
+def pool_bytes(batch, kv_heads, seq_kv, head_dim, dtype, page_size):
+    """Bytes of the pools of K and V pages together: every sequence's pages, the last one whole
+    (its rows past seq_kv are never read)."""
+    return kv_cache_bytes(batch, kv_heads, pages_per_sequence(seq_kv, page_size) * page_size, head_dim, dtype)
+
+
+def row_bytes(batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype, page_size=0):
+    """A row's bytes column: decode_bytes, plus block_table_bytes for a paged cache (page_size > 0)."""
+    nbytes = decode_bytes(batch, heads, kv_heads, seq_q, seq_kv, head_dim, dtype)
+    return nbytes + (block_table_bytes(batch, seq_kv, page_size) if page_size else 0)
 
 
 def rotation_copies(kv_bytes, l2_bytes, budget_bytes=None, factor=L2_FACTOR):
@@ -117,9 +167,11 @@ def shape_key(row):
 def fill_metrics(rows, read_bw_gbytes_per_s):
     """Sets gbytes_per_s, pct_of_read_bw, pct_of_fa2 and pct_of_cudnn of every row from its bytes and
     min_ms (in place; rows that did not pass get none). read_bw_gbytes_per_s: the measured HBM read
-    bandwidth, or None (no pct_of_read_bw)."""
+    bandwidth, or None (no pct_of_read_bw). A row's pct_of_fa2 and pct_of_cudnn come from the
+    reference's row of the same shape on the contiguous cache, whatever the row's own cache."""
     reference_ms = {(r["impl"], shape_key(r)): number(r[TIME_COLUMN])
-                    for r in rows if r.get("kind") == "reference" and r["impl"] in REFERENCES and passed(r)}
+                    for r in rows if r.get("kind") == "reference" and r["impl"] in REFERENCES and passed(r)
+                    and (r.get("cache") or CONTIGUOUS) == CONTIGUOUS}
     for row in rows:
         for column in ("gbytes_per_s", "pct_of_read_bw", "pct_of_fa2", "pct_of_cudnn"):
             row[column] = ""
@@ -154,10 +206,18 @@ class DecodeCsvError(Exception):
 
 
 def read_decode_csv(path):
-    """(meta {key: value}, rows [dict of str]); DecodeCsvError if a column of COLUMNS is missing."""
+    """(meta {key: value}, rows [dict of str]); DecodeCsvError if a column of COLUMNS is missing. A
+    column of OPTIONAL_COLUMNS that the file lacks (it was written before the column existed) is
+    filled with its value there: every row of a CSV without `cache` is contiguous."""
     meta, lines = read_commented_csv(path)
     reader = csv.DictReader(lines)
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    fields = reader.fieldnames or []
+    missing = [c for c in COLUMNS if c not in fields and c not in OPTIONAL_COLUMNS]
     if missing:
         raise DecodeCsvError("%s is not a decoding benchmark CSV: no column %s" % (path, ", ".join(missing)))
-    return meta, [dict(r) for r in reader]
+    rows = [dict(r) for r in reader]
+    for column, value in OPTIONAL_COLUMNS.items():
+        for r in rows:
+            if not r.get(column):
+                r[column] = value
+    return meta, rows

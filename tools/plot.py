@@ -25,7 +25,8 @@ The rest of the README and of docs/results.md is left byte for byte.
   <out-dir>/<dtype>_d<head_dim>_q<seq_q>[_causal].png   (out-dir plots/decode_bandwidth/): per batch
                                      (rows) and K/V heads (columns), GB/s against seq_kv for every
                                      stage and reference, the HBM read bandwidth measured in the
-                                     same run as a line (its % on the right-hand axis)
+                                     same run as a line (its % on the right-hand axis); a stage on
+                                     a paged cache is a dashed series of its own, '<stage> (paged16)
 
 The PNGs are deterministic: run twice on the same CSV with the same matplotlib, they are the same
 bytes (matplotlib's own defaults, not the user's matplotlibrc; no version or date in the file).
@@ -240,6 +241,13 @@ def decode_plot_name(config):
     return "%s_d%d_q%d%s.png" % (dtype, head_dim, seq_q, "_causal" if causal else "")
 
 
+def decode_series(row):
+    """A decoding plot's series: the implementation, with its cache where that is not contiguous
+    ('decode_04_paged_kv (paged16)'); a row without a cache (an older CSV) is contiguous."""
+    cache = row.get("cache") or "contiguous"
+    return row["impl"] if cache == "contiguous" else "%s (%s)" % (row["impl"], cache)
+
+
 def plot_decode(meta, rows, csv_path, config, path):
     """One configuration's plot: a panel per (batch, K/V heads), GB/s against seq_kv (log scale) per
     implementation; a row that failed its check is an x on the axis; the measured read bandwidth as a
@@ -250,12 +258,21 @@ def plot_decode(meta, rows, csv_path, config, path):
     mine = [r for r in rows if (r["dtype"], int(r["head_dim"]), int(r["seq_q"]), r["causal"] == "1") == config]
     batches = sorted({int(r["batch"]) for r in mine})
     kv_heads = sorted({int(r["kv_heads"]) for r in mine}, reverse=True)
-    impls = list(dict.fromkeys(r["impl"] for r in mine))
-    stages = [i for i in impls if i not in DECODE_STYLES]
+    # A series per implementation and cache: a stage on a paged cache is a series of its own, named
+    # '<stage> (paged16)', in its contiguous series' color, dashed (an older CSV: every row contiguous).
+    impls = list(dict.fromkeys(decode_series(r) for r in mine))
+    stages = list(dict.fromkeys(r["impl"] for r in mine if r["impl"] not in DECODE_STYLES))
     cmap = colormap("viridis")
-    styles = {name: dict(color=cmap(0.1 + 0.65 * i / max(1, len(stages) - 1)), linestyle="-", marker="o")
-              for i, name in enumerate(stages)}
-    styles.update(DECODE_STYLES)
+    colors = {name: cmap(0.1 + 0.65 * i / max(1, len(stages) - 1)) for i, name in enumerate(stages)}
+    styles = {}
+    for series in impls:
+        impl, _, cache = series.partition(" (")
+        if impl in DECODE_STYLES:
+            styles[series] = DECODE_STYLES[impl]
+        elif cache:
+            styles[series] = dict(color=colors[impl], linestyle="--", marker="D", markerfacecolor="white")
+        else:
+            styles[series] = dict(color=colors[impl], linestyle="-", marker="o")
     read_bw = number(meta.get("read_bw_gbytes_per_s"))
     top = max([number(r["gbytes_per_s"]) or 0.0 for r in mine] + [read_bw or 0.0, 1.0]) * 1.12
     height = 1.3 + PANEL_IN * 0.8 * len(batches)
@@ -267,12 +284,12 @@ def plot_decode(meta, rows, csv_path, config, path):
             cell = [r for r in mine if int(r["batch"]) == batch and int(r["kv_heads"]) == kvh]
             for name in impls:
                 points = sorted((int(r["seq_kv"]), number(r["gbytes_per_s"])) for r in cell
-                                if r["impl"] == name and passed(r))
+                                if decode_series(r) == name and passed(r))
                 style = styles[name]
                 if points:
                     ax.plot([x for x, _ in points], [y for _, y in points], linewidth=1.2, markersize=3.5,
                             label=name if i == 0 and j == 0 else None, **style)
-                failed = sorted(int(r["seq_kv"]) for r in cell if r["impl"] == name
+                failed = sorted(int(r["seq_kv"]) for r in cell if decode_series(r) == name
                                 and r["status"].split(":")[0] in ("FAIL", "ERROR"))
                 if failed:
                     ax.plot(failed, [0.0] * len(failed), linestyle="none", marker="x", color=style["color"],
