@@ -98,11 +98,6 @@ std::string check_block_table(const AttentionParams& p, const StageInfo& stage) 
            "\"paged_kv\"; leave block_table null)";
   } else if (p.page_size < 16 || p.page_size % 16 != 0) {
     err << "page_size " << p.page_size << " must be a positive multiple of 16 rows";
-  } else if (stage.block_kv % p.page_size != 0 && p.page_size % stage.block_kv != 0) {
-    // A K/V block then always starts a page or lies inside one: its rows' pages follow from its
-    // first key with shifts, not a division per row (the stage's copy of the K/V tiles).
-    err << "page_size " << p.page_size << " must divide the stage's K/V block of " << stage.block_kv
-        << " rows or be a multiple of it";
   } else if (p.max_pages <= 0) {
     err << "max_pages " << p.max_pages << " must be at least 1 (entries per row of the block table)";
   } else if (p.max_pages > INT_MAX / p.page_size) {

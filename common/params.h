@@ -103,8 +103,8 @@ struct AttentionParams {
   // block_table[b * block_table_batch_stride + j / page_size]. seq_kv is the longest sequence's
   // length (at most max_pages * page_size); seqlens_k gives each sequence's own, as above (null:
   // every sequence has seq_kv keys, in the first ceil(seq_kv / page_size) entries of its row). Only
-  // the entries of a sequence's keys are read. page_size is a multiple of 16 that divides the stage's
-  // K/V block or is a multiple of it (16, 32, 64, 128, 192, 256, ... for a block of 64 keys); the
+  // the entries of a sequence's keys are read. page_size is any multiple of 16 (16, 48, 64, 80, 256,
+  // ...: a copy step's 8 or 16 rows never straddle a page); the
   // batch stride is 0 (one row shared by every sequence) or at least max_pages. The host cannot read
   // the table (device memory): a page index outside the pool is the caller's error, as in
   // FlashAttention, and the kernel reads wherever it points. 4-byte aligned; only for stages that

@@ -775,16 +775,18 @@ TEST_CASE("decode: a stage that does not declare seqlens_k rejects it and writes
   if (rejecting == 0) fa_test::skip("no stage under test lacks seqlens_k");
 }
 
-TEST_CASE("decode: a paged KV cache, pages of 16, 64 and 256 rows shuffled in the pool, mixed lengths",
+TEST_CASE("decode: a paged KV cache, pages of 16, 48, 64, 80 and 256 rows shuffled in the pool, mixed lengths",
           "[gpu][decode][paged_kv]") {
   // Lengths 0, 1, 15, 16, 17 (around a page of 16), 65 (a block of 64 and one), 257 (a page of 256
   // and one), 1000 (the longest; 1000 = 62.5 pages of 16, 3.9 of 256): none but 16 a multiple of every
-  // page size. Causal at seq_q 8: the sequences of 0, 1 and 3 keys have rows that see no key.
+  // page size. Pages of 48 and 80 rows straddle the K/V blocks of 64 (many a block's rows in two
+  // pages). Causal at seq_q 8: the sequences of 0, 1 and 3 keys have rows that see no key.
   const std::vector<int32_t> lengths = {0, 1, 15, 16, 17, 65, 257, 1000, 3};
   for (int64_t seq_q : {1, 8})
     for (bool causal : {false, true})
       check_paged_stages("paged, mixed lengths, " + shape_name(seq_q, 1000, causal),
-                         decode_shape(9, 3, 3, seq_q, 1000, causal), lengths, {16, 64, 256}, {0, 1, 2, 7, 64});
+                         decode_shape(9, 3, 3, seq_q, 1000, causal), lengths, {16, 48, 64, 80, 256},
+                         {0, 1, 2, 7, 64});
 }
 
 TEST_CASE("decode: a paged KV cache without seqlens_k (every sequence seq_kv keys)", "[gpu][decode][paged_kv]") {
@@ -803,7 +805,7 @@ TEST_CASE("decode: a paged KV cache with GQA packing (32 heads on 8 and on 1 K/V
       for (bool causal : {false, true})
         check_paged_stages("paged, GQA packing, 32 heads, kv_heads " + std::to_string(kv_heads) + ", " +
                                shape_name(seq_q, 2049, causal),
-                           decode_shape(4, 32, kv_heads, seq_q, 2049, causal), lengths, {16, 64, 256},
+                           decode_shape(4, 32, kv_heads, seq_q, 2049, causal), lengths, {16, 48, 64, 256},
                            {0, 1, 3, 64}, [&](fa::Problem& problem) { rows_pick_keys_within(problem, lengths); });
 }
 
@@ -811,5 +813,5 @@ TEST_CASE("decode: q = 0 on a paged KV cache, so every LSE is exactly log(its ow
           "[gpu][decode][paged_kv][lse]") {
   for (bool causal : {false, true})
     check_paged_stages("paged, q = 0, " + shape_name(8, 1025, causal), decode_shape(4, 3, 3, 8, 1025, causal),
-                       {1025, 1, 640, 511}, {16, 64, 256}, {0, 1, 2, 7, 64}, fa_test::q_zero);
+                       {1025, 1, 640, 511}, {16, 48, 64, 256}, {0, 1, 2, 7, 64}, fa_test::q_zero);
 }

@@ -317,11 +317,11 @@ def test_library(path):
     check(raises(ValueError, "kv_heads 3 must be at least 1 and divide heads 4", lib.launch, lib.stage_ids[-1],
                  params, 0), "a call the launcher rejects: ValueError with its message")
     params.kv_heads = 4
-    params.block_table, params.block_table_batch_stride, params.max_pages, params.page_size = 0x20000, 3, 3, 48
+    params.block_table, params.block_table_batch_stride, params.max_pages, params.page_size = 0x20000, 3, 3, 40
     paged = [s.id for s in _stages.catalogue() if "paged_kv" in s.features]
-    check(bool(paged) and raises(ValueError, "page_size 48 must divide the stage's K/V block", lib.launch,
+    check(bool(paged) and raises(ValueError, "page_size 40 must be a positive multiple of 16", lib.launch,
                                  paged[-1], params, 0),
-          "a page size the decoding stage's K/V block of 64 cannot take (48): the launcher's ValueError")
+          "a page size that is not a multiple of 16 (40): the launcher's ValueError")
     params.page_size = 64
     check(raises(ValueError, "\"paged_kv\"", lib.launch, lib.stage_ids[0], params, 0),
           "a block table for a stage without paged_kv: the launcher's ValueError")

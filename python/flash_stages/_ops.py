@@ -135,8 +135,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
     q: [batch, seq_q, heads, head_dim]; k_cache, v_cache: [batch, seqlen_cache, kv_heads, head_dim],
     or, with block_table (int32 [batch, max_pages]), pools of pages [num_pages, page_size, kv_heads,
-    head_dim] (page_size a multiple of 16 that divides the decoding stage's K/V block of 64 or is a
-    multiple of it: 16, 32, 64, 128, 192, 256, ...), where batch row b's key j is row j % page_size of
+    head_dim] (page_size any multiple of 16: 16, 48, 64, 256, ...), where batch row b's key j is row j % page_size of
     page block_table[b, j // page_size] and a row holds max_pages * page_size keys at most;
     k, v (optional): [batch, seqlen_new, kv_heads, head_dim], written into the caches in place at keys
     cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before the attention, which then sees

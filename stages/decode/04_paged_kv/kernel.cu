@@ -10,8 +10,8 @@
 // (AttentionParams::block_table, int32 [batch, max_pages] in device memory): a sequence takes pages
 // as it grows, from anywhere in the pool. The only change is where a K/V tile's rows come from
 // (copy_paged_tile_to_smem): each K/V block looks its pages up in the table, one entry read per step
-// of its copy (8 or 16 rows); the page size divides the block of 64 keys or is a multiple of it (the
-// launcher's validation), so a block lies inside one page or starts one. The table's entries
+// of its copy (8 or 16 rows); the page size is any multiple of 16 (the launcher's validation), so
+// the rows of a step lie inside one page. The table's entries
 // cannot be checked on the host: a page index outside the pool is the caller's error, as in
 // FlashAttention, and the kernel reads wherever it points. Without a table, the parent's kernel.
 #include <cuda_bf16.h>
@@ -121,42 +121,43 @@ __device__ __forceinline__ void copy_tile_to_smem(typename Cfg::Elem* tile_smem,
 // Paged (kPaged): the same tile, K/V block kv_block of one sequence, from a pool of pages. Row r of
 // the block is the sequence's key kv_block * kBlockKV + r, row key % page_size of page
 // pages[key / page_size] (`pages`: the sequence's row of the block table; `pool`: the pool's first
-// row of this K/V head, page_stride elements from one page to the next). The page size divides
-// kBlockKV or is a multiple of it (validate_params), so with span = min(page_size, kBlockKV), a power
-// of two (16, 32 or 64: a divisor of 64 that is a multiple of 16, or 64 itself), the block's keys are
-// whole spans, each inside one page:
-//   slot(r) = first_slot + r / span,  row in page(r) = first_row + r % span
-// (first_slot, first_row: the block's first key divided by page_size; first_row is 0 where pages
-// are smaller than the block, and r < span where they are not). What it costs a thread per tile: one
-// 32-bit division per block, then per step a shift, a mask, a table read and two multiply-adds
-// before its cp.async can be issued -- the parent's running pointer was one add. Every thread of a
-// step reads the same entry (a step's 8 or 16 rows are inside one 16-row span): a broadcast, from
-// L1 after the first warp; but the copy waits on it, a dependent load in front of every step. Rows
-// past `rows` read no entry (their slot may lie past the table's row) and are zero-filled.
+// row of this K/V head, page_stride elements from one page to the next). The page size is a multiple
+// of 16 (validate_params), and a thread's rows advance by kRowsPerStep (8 or 16) per step, so a step
+// crosses at most one page boundary: one 32-bit division per tile for the thread's first row
+// (its slot in the table and its row in that page), then per step a compare, a subtract and an add
+// to move on, a table read and two multiply-adds before its cp.async can be issued -- the parent's
+// running pointer was one add. Every thread of a step reads the same entry (a step's 8 or 16 rows
+// are an aligned group inside one 16-row span, and page boundaries are multiples of 16): a
+// broadcast, from L1 after the first warp; but the copy waits on it, a dependent load in front of
+// every step. Rows past `rows` read no entry (their slot may lie past the table's row) and are
+// zero-filled.
 template <typename Cfg>
 __device__ __forceinline__ void copy_paged_tile_to_smem(typename Cfg::Elem* tile_smem, const typename Cfg::Elem* pool,
                                                         const int32_t* pages, int64_t page_stride, int64_t row_stride,
-                                                        int page_size, int span_shift, int kv_block, int rows) {
+                                                        int page_size, int kv_block, int rows) {
   using T = typename Cfg::Elem;
   constexpr int kRowsPerStep = kThreads / Cfg::kChunksPerRow;
   static_assert(16 % kRowsPerStep == 0, "a step's rows lie inside one 16-row span: one page");
   const int row = threadIdx.x / Cfg::kChunksPerRow;
   const int col = (threadIdx.x % Cfg::kChunksPerRow) * Cfg::kElemsPer16B;
   const uint32_t dst = smem_u32(tile_smem + tile_offset(row, col, Cfg::kHeadDim));
-  const int first_key = kv_block * kBlockKV;  // < 2^31: validate_params bounds max_pages * page_size
-  const int first_slot = first_key / page_size;
-  const int first_row = first_key - first_slot * page_size;
-  const int span_mask = (1 << span_shift) - 1;
+  const int first_key = kv_block * kBlockKV + row;  // < 2^31: validate_params bounds max_pages * page_size
+  int slot = first_key / page_size;                   // this thread's row: its entry of the table ...
+  int row_in_page = first_key - slot * page_size;     // ... and its row in that page
 #pragma unroll
   for (int step = 0; step < kBlockKV / kRowsPerStep; ++step) {
-    const int r = row + step * kRowsPerStep;
-    const bool row_exists = r < rows;
+    const bool row_exists = row + step * kRowsPerStep < rows;
     const T* src = pool + col;  // a missing row still needs a valid source address: the pool's first row
     if (row_exists) {
-      const int64_t page = pages[first_slot + (r >> span_shift)];
-      src += page * page_stride + static_cast<int64_t>(first_row + (r & span_mask)) * row_stride;
+      const int64_t page = pages[slot];
+      src += page * page_stride + static_cast<int64_t>(row_in_page) * row_stride;
     }
     cp_async_16_zfill(dst + step * kRowsPerStep * Cfg::kHeadDim * sizeof(T), src, row_exists);
+    row_in_page += kRowsPerStep;  // kRowsPerStep <= 16 <= page_size: at most one page boundary
+    if (row_in_page >= page_size) {
+      row_in_page -= page_size;
+      ++slot;
+    }
   }
 }
 
@@ -548,13 +549,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   // Global -> shared for K/V block kv_block: contiguous from the running pointer, or from its pages.
   const auto copy_kv_block = [&](T* tile_smem, const T* kv_gmem, const TensorView& kv, int kv_block) {
-    // Paged: the sequence's row of the block table and log2 of min(page_size, kBlockKV), recomputed
-    // from the kernel parameters (constant memory) at every copy: held in registers across the loop,
-    // they made the head_dim 128 paged kernels spill 2-3x the parent's (ptxas -v, sm_80).
+    // Paged: the sequence's row of the block table, recomputed from the kernel parameters (constant
+    // memory) at every copy: held in registers across the loop (with the earlier version's page
+    // shift), it made the head_dim 128 paged kernels spill 2-3x the parent's (ptxas -v, sm_80).
     if constexpr (kPaged)
       copy_paged_tile_to_smem<Cfg>(tile_smem, kv_gmem, p.block_table + batch * p.block_table_batch_stride,
-                                   kv.batch_stride, kv.seq_stride, p.page_size, 31 - __clz(min(p.page_size, kBlockKV)),
-                                   kv_block, keys_in_block(kv_block));
+                                   kv.batch_stride, kv.seq_stride, p.page_size, kv_block, keys_in_block(kv_block));
     else
       copy_tile_to_smem<Cfg, kBlockKV>(tile_smem, kv_gmem, kv.seq_stride, keys_in_block(kv_block));
   };
