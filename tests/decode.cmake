@@ -25,7 +25,7 @@ fa_add_cpu_test(test_gqa_packing test_gqa_packing.cpp)
 # (decode_03_seqlens_k on; tag [seqlens_k]): lengths 0, 1, 63, 64, 65 and longer mixed in one batch,
 # causal, GQA packed, forced split counts, the LSE, out-of-range lengths, each sequence against the
 # fp64 reference of its own length; every other stage rejects seqlens_k. A paged KV cache
-# (decode_04_paged_kv on; tag [paged_kv]): pages of 16, 64 and 256 rows shuffled in the pool, NaN in
+# (decode_04_paged_kv on; tag [paged_kv]): pages of 16, 48, 64, 80 and 256 rows shuffled in the pool, NaN in
 # every pool row that holds no key, mixed lengths with 0, causal at seq_q 1 and 8, GQA packed, forced
 # split counts, the LSE, against the fp64 reference on each sequence's gathered keys. Skipped without
 # a GPU.
