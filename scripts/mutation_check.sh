@@ -27,6 +27,9 @@
 #        any_length, causal, gqa, lse, alibi
 #                   tests/test_gpu_<check>: the general-attention tests, for a stage that declares
 #                   the feature (the mutants in tests/mutants/ampere_15_alibi/ are written for those)
+#        decode     tests/test_gpu_decode: the decoding track's tests (split-KV, packing, per-sequence
+#                   lengths, paged caches) on a stage that declares split_kv (the mutants in
+#                   tests/mutants/decode_*/ are written for it)
 #        backward   tests/test_gpu_backward: the stage's forward with the LSE, then its backward, dQ,
 #                   dK and dV against the fp64 reference (for a stage with a backward launcher; the
 #                   mutants in tests/mutants/backward_01_base/ are written for it)
@@ -45,7 +48,7 @@
 #   --mutants DIR      the folder of *.patch files                                  [tests/mutants]
 #   --only A,B         only these mutants (file names without .patch)
 #   --checks LIST      comma list of stages, hardening, racecheck, any_length, causal, gqa, lse,
-#                      alibi, backward, backward_racecheck              [stages,hardening,racecheck]
+#                      alibi, decode, backward, backward_racecheck      [stages,hardening,racecheck]
 #                      (a backward stage's mutants need backward: the others test its forward)
 #   --jobs N           mutants built and checked at once                          [number of cores]
 #   --timeout S        seconds per check program; a check that runs longer is killed, 10 s after
@@ -121,7 +124,7 @@ done
 [[ $timeout_s =~ ^[1-9][0-9]*$ ]] || die 2 "--timeout must be a positive number of seconds"
 IFS=, read -r -a checks <<<"$checks_arg"
 ((${#checks[@]})) || die 2 "--checks is empty"
-general_checks=(any_length causal gqa lse alibi)
+general_checks=(any_length causal gqa lse alibi decode)
 backward_checks=(backward backward_racecheck)
 for check in "${checks[@]}"; do
   [[ " stages hardening racecheck ${general_checks[*]} ${backward_checks[*]} " == *" $check "* ]] ||
@@ -436,7 +439,7 @@ run_check() {
   case $check in
     stages) cmd=("$dir/bin/test_gpu_stages") ;;
     hardening) cmd=("$dir/bin/test_gpu_hardening" "~[huge]") ;;
-    any_length | causal | gqa | lse | alibi) cmd=("$dir/bin/test_gpu_$check") ;;
+    any_length | causal | gqa | lse | alibi | decode) cmd=("$dir/bin/test_gpu_$check") ;;
     backward) cmd=("$dir/bin/test_gpu_backward") ;;
     backward_racecheck)
       if [[ -z $sanitizer ]]; then
