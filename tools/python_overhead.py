@@ -7,9 +7,9 @@ descriptors on Hopper, the launch itself). This times each layer of the call on 
 work on the overhead starts from a measurement:
 
     python3 tools/python_overhead.py                 # GPT-2's and Llama's prefill shapes, causal
-    python3 tools/python_overhead.py --calls 2000 --stage ampere_20_column_setup
+    python3 tools/python_overhead.py --reps 2000 --stage ampere_20_column_setup
 
-Each row is the host time per call (time.perf_counter over --calls calls issued back to back, after
+Each row is the host time per call (time.perf_counter over --reps calls issued back to back, after
 warm-up; the GPU is synchronized once after the loop, and its time is shown as 'incl. GPU'):
 
     sdpa                         torch.nn.functional.scaled_dot_product_attention (the reference)
@@ -53,15 +53,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="tools/python_overhead.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="gpt2,llama", help="comma-separated subset of %s" % ",".join(SHAPES))
-    p.add_argument("--calls", type=int, default=1000, help="calls per row (default 1000)")
+    p.add_argument("--reps", type=int, default=1000, help="calls per row (default 1000)")
     p.add_argument("--stage", default=None, help="a stage id (default: the one attention() picks)")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
     args = p.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     unknown = [s for s in shapes if s not in SHAPES]
-    if unknown or args.calls < 1:
+    if unknown or args.reps < 1:
         p.error("unknown shape(s) %s (known: %s)" % (", ".join(unknown), ", ".join(SHAPES)) if unknown
-                else "--calls must be >= 1")
+                else "--reps must be >= 1")
     try:
         import torch
     except ImportError:
@@ -77,7 +77,7 @@ def main(argv=None):
     dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
     lib = _library.load()
     print("python_overhead.py: %s, torch %s, %s; %d calls per row; host us per call (incl. GPU: until the "
-          "GPU finished, per call)" % (torch.cuda.get_device_name(), torch.__version__, lib.path, args.calls))
+          "GPU finished, per call)" % (torch.cuda.get_device_name(), torch.__version__, lib.path, args.reps))
     for name in shapes:
         batch, seq, heads, kv_heads, d = SHAPES[name]
         q = torch.randn(batch, seq, heads, d, device="cuda", dtype=dtype)
@@ -124,7 +124,7 @@ def main(argv=None):
                 if fn is None:
                     print("%-18s %10s %12s" % (label, "-", "-"))
                     continue
-                host, total = per_call_us(torch, fn, args.calls)
+                host, total = per_call_us(torch, fn, args.reps)
                 print("%-18s %10.1f %12.1f" % (label, host, total))
     return 0
 
