@@ -21,6 +21,13 @@
 #   alibi:      --layout mixed --batch 2 --heads 4 --kv-heads 2 --seq 333 --seq-kv 400 --lse --alibi
 #               (K/V blocks left of, across and right of the diagonal: ampere_18_alibi_mma's three kinds of step)
 #
+# and the backward of the selected stages that have one, through fa_backward_run (built beside
+# fa_run; its forward with the LSE, then the backward, dQ, dK and dV checked against fp64):
+#
+#   backward:   fa_backward_run --stages <those> --dtypes fp16,bf16 --head-dims 64,128 --seqs 192
+#               --batch 2 --heads 2 --warmup 0 --reps 1 --check-heads 1
+#               (192 keys: a last K/V block of 64 behind a whole one of 128, as backward_02 on cut it)
+#
 # Usage:
 #   scripts/sanitize.sh                          every tool; builds fa_run first (incremental)
 #   scripts/sanitize.sh --tool racecheck         one tool (repeat it, or give a comma list)
@@ -147,9 +154,9 @@ if [[ -z $fa_run ]]; then
     }
   fi
   jobs=${BUILD_JOBS:-$(nproc 2>/dev/null || echo 4)}
-  say "building fa_run in $build_dir"
-  cmake --build "$build_dir" --target fa_run --parallel "$jobs" >/dev/null || {
-    echo "sanitize.sh: building fa_run failed (cmake --build $build_dir --target fa_run)" >&2
+  say "building fa_run and fa_backward_run in $build_dir"
+  cmake --build "$build_dir" --target fa_run fa_backward_run --parallel "$jobs" >/dev/null || {
+    echo "sanitize.sh: building fa_run failed (cmake --build $build_dir --target fa_run fa_backward_run)" >&2
     exit 2
   }
   fa_run=$build_dir/fa_run
@@ -212,10 +219,31 @@ for shape in "${general_shapes[@]}"; do
   stages_of_shape[$shape]=$declaring
 done
 
-runner_args() { # runner_args SHAPE -> fills the array `args_of_shape`
+# The backward shape, where fa_backward_run is beside the runner and a selected stage has a backward.
+declare -A runner_of_shape
+fa_backward_run=$(dirname "$fa_run")/fa_backward_run
+if [[ -x $fa_backward_run ]]; then
+  backward_stages=all
+  if [[ $stages != all ]]; then
+    backward_stages=$(tr , '\n' <<<"$stages" | grep -E '^backward_' | paste -sd, -)
+  fi
+  if [[ -n $backward_stages ]]; then
+    shapes+=(backward)
+    runner_of_shape[backward]=$fa_backward_run
+    shape_args[backward]="--dtypes fp16,bf16 --head-dims 64,128 --seqs 192 --batch 2 --heads 2 --warmup 0 --reps 1 --check-heads 1"
+    stages_of_shape[backward]=$backward_stages
+  fi
+fi
+
+runner_args() { # runner_args SHAPE -> fills the array `args_of_shape` and `runner` (fa_run or another)
   local shape_part
   read -r -a shape_part <<<"${shape_args[$1]}"
-  args_of_shape=("${common_args[@]}" --stage "${stages_of_shape[$1]}" "${shape_part[@]}")
+  runner=${runner_of_shape[$1]:-$fa_run}
+  if [[ $runner == "$fa_run" ]]; then
+    args_of_shape=("${common_args[@]}" --stage "${stages_of_shape[$1]}" "${shape_part[@]}")
+  else
+    args_of_shape=(--stages "${stages_of_shape[$1]}" "${shape_part[@]}")
+  fi
 }
 
 # ---- without a sanitizer first: is there a GPU, and does every stage pass? -----------------------------
@@ -223,7 +251,7 @@ declare -A plain_rc_of
 for shape in "${shapes[@]}"; do
   runner_args "$shape"
   plain_log=$log_dir/no_sanitizer.$shape.log
-  "$fa_run" "${args_of_shape[@]}" >"$plain_log" 2>&1
+  "$runner" "${args_of_shape[@]}" >"$plain_log" 2>&1
   plain_rc_of[$shape]=$?
   if ((plain_rc_of[$shape] == 3)); then
     # "fa_run: no CUDA GPU (...); nothing was run." (a single-stage runner says its own name)
@@ -231,7 +259,7 @@ for shape in "${shapes[@]}"; do
     reason=${reason#"$(basename "$fa_run"): "}
     skip "${reason%; nothing was run.}"
   fi
-  say "runner ($shape): $fa_run ${args_of_shape[*]}"
+  say "runner ($shape): $runner ${args_of_shape[*]}"
 done
 
 # ---- the tool: absent is a skip, present but not running is a failure ----------------------------------
@@ -267,11 +295,12 @@ count_errors() { # count_errors LOG -> "errors warnings", "?" where the summary 
 }
 
 runner_check() { # runner_check LOG -> PASS / FAIL / NONE (the runner's own correctness check)
-  # fa_run's rows end in "PASS", "FAIL: ..." or "ERROR: ..."; the sanitizer's own lines start with "=".
+  # fa_run's rows end in "PASS", "FAIL: ..." or "ERROR: ..."; fa_backward_run's (comma-separated)
+  # have ",PASS," or ",FAIL: ..."; the sanitizer's own lines start with "=".
   # NONE: not one row passed (the runner stopped before it ran anything).
-  if grep -v '^=' "$1" | grep -qE 'failed their check or could not run|  (FAIL|ERROR): '; then
+  if grep -v '^=' "$1" | grep -qE 'failed their check or could not run|  (FAIL|ERROR): |,FAIL: '; then
     echo FAIL
-  elif grep -v '^=' "$1" | grep -qE '  PASS$'; then
+  elif grep -v '^=' "$1" | grep -qE '  PASS$|,PASS,'; then
     echo PASS
   else
     echo NONE
@@ -302,9 +331,9 @@ for tool in ${tools[@]+"${tools[@]}"}; do
     rows+=("$row")
     log=$log_dir/$tool.$shape.log
     runner_args "$shape"
-    say "$tool ($shape): $sanitizer ${sanitizer_args[*]}${extra[*]+ ${extra[*]}} fa_run ... (log: $log)"
+    say "$tool ($shape): $sanitizer ${sanitizer_args[*]}${extra[*]+ ${extra[*]}} $(basename "$runner") ... (log: $log)"
     start=$SECONDS
-    "$sanitizer" "${sanitizer_args[@]}" ${extra[@]+"${extra[@]}"} "$fa_run" "${args_of_shape[@]}" >"$log" 2>&1
+    "$sanitizer" "${sanitizer_args[@]}" ${extra[@]+"${extra[@]}"} "$runner" "${args_of_shape[@]}" >"$log" 2>&1
     rc_of[$row]=$?
     read -r errors warnings <<<"$(count_errors "$log")"
     errors_of[$row]=$errors
