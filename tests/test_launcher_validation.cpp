@@ -173,6 +173,20 @@ std::vector<InvalidCase> invalid_cases() {
   return cases;
 }
 
+// `p` differs from a valid call in one way: validation refuses it, and so does the launcher, before
+// the launch (the pointers are fake: a call that validation accepts must never reach it), with a
+// message that starts with the stage's name and contains `keyword`.
+void expect_refused_before_launch(const StageInfo& stage, const AttentionParams& p, const std::string& keyword) {
+  const bool accepted = fa::validate_params(p, stage).ok();
+  CHECK_FALSE(accepted);
+  if (accepted) return;
+  const fa::Status status = stage.launch(p, /*stream=*/nullptr);
+  INFO("launch() -> \"" << status.message << "\"");
+  CHECK_FALSE(status.ok());
+  CHECK_THAT(status.message, Catch::Contains(keyword));
+  CHECK_THAT(status.message, Catch::StartsWith(stage.name));
+}
+
 }  // namespace
 
 TEST_CASE("every registered stage declares a usable launcher and what STAGES.md promises", "[validation]") {
@@ -227,15 +241,7 @@ TEST_CASE("every launcher rejects invalid parameters before touching the GPU", "
           c.break_it(p, *stage);
           INFO("stage " << stage->name << ", head_dim " << head_dim << ", " << fa::dtype_name(dtype) << ": "
                         << c.name);
-          // The pointers are fake: a call that validation accepts must never reach the launch.
-          const bool accepted = fa::validate_params(p, *stage).ok();
-          CHECK_FALSE(accepted);
-          if (accepted) continue;
-          const fa::Status status = stage->launch(p, /*stream=*/nullptr);
-          INFO("launch() -> \"" << status.message << "\"");
-          CHECK_FALSE(status.ok());
-          CHECK_THAT(status.message, Catch::Contains(c.keyword));
-          CHECK_THAT(status.message, Catch::StartsWith(stage->name));
+          expect_refused_before_launch(*stage, p, c.keyword);
         }
       }
     }
@@ -312,14 +318,7 @@ TEST_CASE("a stage that declares paged_kv checks its page size, table and length
       REQUIRE(p.batch > 1);  // the overlap case needs two rows
       c.break_it(p);
       INFO(c.name);
-      const bool accepted = fa::validate_params(p, *stage).ok();
-      CHECK_FALSE(accepted);
-      if (accepted) continue;
-      const fa::Status status = stage->launch(p, /*stream=*/nullptr);
-      INFO("launch() -> \"" << status.message << "\"");
-      CHECK_FALSE(status.ok());
-      CHECK_THAT(status.message, Catch::Contains(c.keyword));
-      CHECK_THAT(status.message, Catch::StartsWith(stage->name));
+      expect_refused_before_launch(*stage, p, c.keyword);
     }
   }
   CHECK(declaring > 0);  // decode_04_paged_kv at least
