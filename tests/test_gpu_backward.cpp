@@ -4,7 +4,8 @@
 // reference with FlashAttention's rule for gradients (checker.h: check_gradient, twice the error
 // of the same backward computed in the input dtype, per batch and head), on both dtypes and head
 // dims, batch and heads > 1 with distinct data, seq_q != seq_kv both ways, one tensor layout per
-// tensor, and large scores. Every output buffer is poisoned (0xFF bytes) before the launch, so an
+// tensor, and large scores; the features a stage's backward declares (any length, causal, GQA) on
+// shapes of their own. Every output buffer is poisoned (0xFF bytes) before the launch, so an
 // element the backward never wrote fails, and so does a write into a gap between rows. A call the
 // backward's validation rejects must launch nothing: the outputs keep their poison. Without a GPU
 // this program exits with 77 (skipped).
@@ -43,6 +44,14 @@ bool backward_supports(const StageInfo& stage, DType dtype, int64_t head_dim) {
   const fa::BackwardInfo& bwd = *stage.backward;
   return std::count(bwd.dtypes.begin(), bwd.dtypes.end(), dtype) > 0 &&
          std::count(bwd.head_dims.begin(), bwd.head_dims.end(), head_dim) > 0;
+}
+
+// The stages whose backward declares `feature` (stage.json's "backward": {"features": [...]}).
+std::vector<const StageInfo*> backward_stages_with(unsigned feature) {
+  std::vector<const StageInfo*> out;
+  for (const StageInfo* stage : backward_stages())
+    if ((stage->backward->features & feature) == feature) out.push_back(stage);
+  return out;
 }
 
 // dO and the three gradients of one problem, in device memory, each with a layout of its own.
@@ -205,6 +214,66 @@ TEST_CASE("backward: large scores (k scaled by 8: a peaked softmax) and a non-de
       }
 }
 
+// Shapes of one feature, on every stage whose backward declares it, both dtypes and head dims.
+struct FeatureShape {
+  int64_t batch, heads, kv_heads, seq_q, seq_kv;
+  bool causal;
+};
+void run_feature_shapes(unsigned feature, const char* scenario, const std::vector<FeatureShape>& shapes) {
+  const std::vector<const StageInfo*> stages = backward_stages_with(feature);
+  INFO("the stages whose backward declares " << scenario);
+  REQUIRE_FALSE(stages.empty());  // the backward track has one from the stage that adds it on
+  for (const StageInfo* stage : stages)
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+      for (int head_dim : {64, 128}) {
+        if (!backward_supports(*stage, dtype, head_dim)) continue;
+        for (const FeatureShape& s : shapes) {
+          ProblemConfig config = shape(s.batch, s.heads, s.seq_q, s.seq_kv, dtype, head_dim);
+          config.kv_heads = s.kv_heads;
+          config.causal = s.causal;
+          Problem problem(config);
+          run_forward_and_backward(*stage, problem, fa::LayoutKind::kContiguous, fa::LayoutKind::kContiguous,
+                                   scenario);
+        }
+      }
+}
+
+TEST_CASE("backward any_length: lengths that are not tile multiples, a single row, a single key", "[gpu][backward]") {
+  // Query blocks of 64 and K/V blocks of up to 128 overhanging both ends; one query row; one key;
+  // a length one past a block; a K/V block whose overhang cuts a warp's 16 keys.
+  run_feature_shapes(fa::kFeatureAnyLength, "any_length",
+                     {{2, 3, 1, 1, 1, false},
+                      {1, 2, 1, 200, 200, false},
+                      {2, 2, 3, 100, 37, false},
+                      {1, 3, 3, 65, 129, false},
+                      {2, 2, 2, 257, 71, false},
+                      {1, 2, 2, 130, 300, false}});
+}
+
+TEST_CASE("backward causal: bottom-right diagonal, seq_q == seq_kv and both ways, rows that see no key",
+          "[gpu][backward]") {
+  // seq_q > seq_kv: the first seq_q - seq_kv rows see no key (O = 0, zero dQ); seq_q < seq_kv: every
+  // row sees the keys up to its diagonal; blocks above it skipped, blocks it crosses masked.
+  run_feature_shapes(fa::kFeatureCausal, "causal",
+                     {{2, 2, 2, 128, 128, true},
+                      {1, 3, 3, 256, 256, true},
+                      {2, 2, 2, 200, 200, true},
+                      {1, 2, 2, 64, 320, true},
+                      {2, 2, 2, 320, 64, true},
+                      {1, 2, 2, 333, 97, true},
+                      {1, 2, 2, 1, 129, true},
+                      {2, 2, 2, 77, 300, true}});
+}
+
+TEST_CASE("backward gqa: dK and dV summed over the query heads of a group (GQA and MQA)", "[gpu][backward]") {
+  run_feature_shapes(fa::kFeatureGqa, "gqa",
+                     {{2, 4, 2, 128, 128, false},
+                      {1, 6, 1, 192, 256, false},
+                      {2, 8, 2, 100, 300, false},
+                      {1, 4, 1, 256, 256, true},
+                      {2, 6, 3, 150, 70, true}});
+}
+
 TEST_CASE("backward: a rejected call launches nothing (the outputs keep their poison)", "[gpu][backward]") {
   for (const StageInfo* stage : backward_stages()) {
     const fa::BackwardInfo& bwd = *stage->backward;
@@ -232,6 +301,9 @@ TEST_CASE("backward: a rejected call launches nothing (the outputs keep their po
     p = backward_params(problem, g);
     p.causal = true;
     if ((bwd.features & fa::kFeatureCausal) == 0) expect_rejected("causal", p);
+    p = backward_params(problem, g);
+    p.kv_heads = 1;  // heads is 2: one key/value head for both
+    if ((bwd.features & fa::kFeatureGqa) == 0) expect_rejected("kv_heads < heads", p);
     p = backward_params(problem, g);
     p.head_dim = 96;
     expect_rejected("head_dim 96", p);
