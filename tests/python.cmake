@@ -6,9 +6,13 @@
 #                         by name, torch.compile, streams, errors (label gpu)
 #   example_gpt2_generate, example_llama_generate
 #                         the transformers examples: the same greedy tokens as sdpa (label gpu)
+#   example_gpt2_train_step
+#                         one training step through the kernels' forward and backward: the loss
+#                         and every gradient as close to sdpa's as 16-bit arithmetic allows (label gpu)
 #
 # The GPU ones exit 77, reported skipped, where PyTorch, a CUDA GPU or (the examples) transformers
-# is missing. All of them load this build's libfa_capi.so (FLASH_STAGES_LIB).
+# is missing, and the training step where the library has no backward stage with "causal". All of
+# them load this build's libfa_capi.so (FLASH_STAGES_LIB).
 
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(NOT Python3_Interpreter_FOUND)
@@ -32,3 +36,7 @@ foreach(example gpt2 llama)
   set_tests_properties(example_${example}_generate PROPERTIES
     LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900 ENVIRONMENT "${fa_python_env}")
 endforeach()
+
+add_test(NAME example_gpt2_train_step COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/gpt2_train_step.py)
+set_tests_properties(example_gpt2_train_step PROPERTIES
+  LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900 ENVIRONMENT "${fa_python_env}")

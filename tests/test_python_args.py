@@ -6,10 +6,12 @@
 
 attention()'s argument checks (flash_stages/_checks.py) read only what a tensor says about itself,
 so small stand-in objects exercise every one of them here: each bad call must raise the right
-exception with a message that names the problem. The stage choice (flash_stages/_stages.py) is
-checked against the declarations, for each kind of GPU. With the library's path, loading it and a
-call the launcher rejects (no GPU needed: validation comes before any launch) are checked too; a
-missing or broken library must give a clear error either way. Exit 0 if all hold, 1 otherwise.
+exception with a message that names the problem; so do the checks of a call that will be
+differentiated. The stage choice (flash_stages/_stages.py) is checked against the declarations, for
+each kind of GPU, and the choice of the backward stage against a stand-in catalogue. With the
+library's path, loading it and calls the launchers reject (no GPU needed: validation comes before
+any launch) are checked too; a missing or broken library must give a clear error either way. Exit 0
+if all hold, 1 otherwise.
 """
 
 import sys
@@ -227,16 +229,142 @@ def test_bad_calls():
                                          alibi_slopes=Tensor((8,), dtype="torch.float32"))),
         ("q's data 8 bytes past alignment", ValueError, "16-byte aligned",
          lambda: _checks.check_alignment(Tensor((2, 100, 8, 64), data_ptr=0x10008), k, v)),
-        ("q requires grad, grad mode on", NotImplementedError, "no backward pass",
-         lambda: _checks.check_no_grad(True, q=Tensor((1, 1, 1, 64), requires_grad=True), k=k, v=v)),
     ]
     for what, exception, needle, fn in cases:
         check(raises(exception, needle, fn), "%s -> %s naming it" % (what, exception.__name__))
+
+
+def test_gradient_checks():
+    """What decides whether a call is differentiated, and what such a call may not have."""
+    q, k, v = qkv()
+    grad_q = Tensor(q.shape, requires_grad=True)
+    check(_checks.needs_grad(True, grad_q, k, v, None), "an input that requires grad, grad mode on: differentiated")
+    check(not _checks.needs_grad(False, grad_q, k, v, None),
+          "under torch.no_grad() (grad mode off): not differentiated")
+    check(not _checks.needs_grad(True, q, k, v, None), "no input requires grad: not differentiated")
+    check(_checks.needs_grad(True, q, k, v, Tensor((8,), dtype="torch.float32", requires_grad=True)),
+          "ALiBi slopes that require grad: differentiated (and then refused)")
+
+    slopes, lengths = Tensor((8,), dtype="torch.float32"), Tensor((2,), dtype="torch.int32")
+    cases = [
+        ("ALiBi", "alibi_slopes with inputs that require grad: no backward pass computes ALiBi",
+         dict(alibi_slopes=slopes, seqlens_k=None, block_table=None)),
+        ("per-sequence lengths", "seqlens_k with inputs that require grad: no backward pass computes per-sequence",
+         dict(alibi_slopes=None, seqlens_k=lengths, block_table=None)),
+        ("flash_attn_with_kvcache's cache_seqlens", "cache_seqlens with inputs that require grad",
+         dict(alibi_slopes=None, cache_seqlens=3, block_table=None)),
+        ("a paged cache", "block_table with inputs that require grad: no backward pass computes a paged KV cache",
+         dict(alibi_slopes=None, seqlens_k=None, block_table=Tensor((2, 9), dtype="torch.int32"))),
+    ]
+    for what, needle, arguments in cases:
+        check(raises(NotImplementedError, needle, lambda: _checks.check_backward_arguments(**arguments)),
+              "%s with gradients -> NotImplementedError naming it" % what)
     try:
-        _checks.check_no_grad(False, q=Tensor((1, 1, 1, 64), requires_grad=True))
-        check(True, "requires_grad under torch.no_grad() passes")
+        _checks.check_backward_arguments(alibi_slopes=None, seqlens_k=None, block_table=None)
+        check(True, "a plain call with gradients passes the argument check")
     except Exception as e:
-        check(False, "requires_grad under torch.no_grad() passes (%s)" % e)
+        check(False, "a plain call with gradients passes the argument check (%s)" % e)
+
+    needs = _checks.backward_needs(_checks.check_attention(*qkv(seq_q=128, seq_kv=192)))
+    check(needs == {}, "seq_q 128, seq_kv 192 (multiples of 64), not causal, MHA: the backward needs no feature")
+    needs = _checks.backward_needs(_checks.check_attention(*qkv(seq_q=100, seq_kv=130, kv_heads=2), causal=True))
+    check(set(needs) == {"any_length", "causal", "gqa"}
+          and needs["any_length"] == "seq_q 100 and seq_kv 130 are not both multiples of 64"
+          and needs["gqa"] == "kv_heads 2 < heads 8",
+          "seq 100/130, causal, GQA 8/2: any_length, causal and gqa, each with its reason: %s" % needs)
+    needs = _checks.backward_needs(_checks.check_attention(*qkv(seq_q=64, seq_kv=100)))
+    check(set(needs) == {"any_length"}, "seq_kv 100 alone not a multiple of 64: any_length")
+
+    # The gradient autograd hands over: read as it is where the kernels can, else copied.
+    b, s, h, d = 2, 77, 12, 64
+    check(_checks.fits_kernel_layout(Tensor((b, s, h, d))), "a contiguous gradient is read as it is")
+    check(_checks.fits_kernel_layout(Tensor((b, s, h, d), strides=(h * s * d, d, s * d, 1))),
+          "a transposed [batch, heads, seq, head_dim] one too")
+    check(not _checks.fits_kernel_layout(Tensor((b, s, h, d), strides=(0, 0, 0, 0))),
+          "the gradient of o.sum() (one value expanded, strides 0) is copied")
+    check(not _checks.fits_kernel_layout(Tensor((b, s, h, d), data_ptr=0x10008)), "a misaligned one is copied")
+    check(not _checks.fits_kernel_layout(Tensor((b, s * h * d))), "a tensor that is not 4-D is copied (then refused)")
+
+    call = _checks.check_attention(q, k, v)
+    o, lse = Tensor(call.o_shape), Tensor(call.lse_shape, dtype="torch.float32")
+    bad = [
+        ("d_o of another shape", ValueError, "d_o must have shape (2, 100, 8, 64)",
+         lambda: _checks.check_backward_tensors(call, o, Tensor((2, 100, 8, 128)), lse)),
+        ("d_o in bf16 for fp16 inputs", TypeError, "d_o has dtype torch.bfloat16",
+         lambda: _checks.check_backward_tensors(call, o, Tensor(call.o_shape, dtype="torch.bfloat16"), lse)),
+        ("an fp16 LSE", TypeError, "lse has dtype torch.float16",
+         lambda: _checks.check_backward_tensors(call, o, o, Tensor(call.lse_shape))),
+        ("o on the CPU", ValueError, "o is on cpu",
+         lambda: _checks.check_backward_tensors(call, Tensor(call.o_shape, device=CPU), o, lse)),
+    ]
+    for what, exception, needle, fn in bad:
+        check(raises(exception, needle, fn), "the backward's inputs: %s -> %s" % (what, exception.__name__))
+
+
+def standin_stage(stage_id, backward_features, target="sm_80"):
+    return _stages.Stage(id=stage_id, track=stage_id.split("_")[0], target=target,
+                         features=frozenset({"any_length", "causal", "lse"}), parent=None,
+                         backward_features=None if backward_features is None else frozenset(backward_features))
+
+
+def test_backward_choice():
+    """The backward stage, from a stand-in catalogue: the last backward-track stage whose backward
+    declares what the call needs, is in the library with its backward, and runs on the GPU."""
+    catalogue = [
+        standin_stage("ampere_14_lse", None),
+        standin_stage("backward_01_base", []),
+        standin_stage("backward_02_wide_kv_block", []),
+        standin_stage("backward_03_double_buffer", []),
+        standin_stage("backward_04_any_length", ["any_length"]),
+        standin_stage("backward_05_causal", ["any_length", "causal"]),
+        standin_stage("backward_06_gqa", ["any_length", "causal", "gqa"]),
+        standin_stage("backward_07_wgmma", ["any_length", "causal", "gqa"], target="sm_90a"),
+        standin_stage("experiments_09_backward", ["any_length", "causal", "gqa"]),
+    ]
+    every = [s.id for s in catalogue]
+    first_three = every[:4]  # the forward stage and backward_01..03: no backward feature
+
+    def pick(needed, capability=(8, 0), built=every, reasons=None):
+        return _stages.choose_backward(frozenset(needed), capability, built, stages=catalogue, reasons=reasons).id
+
+    check(pick([]) == "backward_06_gqa", "8.0, no feature needed: backward_06_gqa, the last sm_80 backward stage "
+                                         "(not the experiment after it, nor the forward stage)")
+    check(pick([], capability=(9, 0)) == "backward_07_wgmma", "9.0: backward_07_wgmma, the sm_90a one after it")
+    check(pick(["gqa", "causal"], capability=(8, 6)) == "backward_06_gqa", "8.6, causal and GQA: backward_06_gqa")
+    check(pick([], built=first_three) == "backward_03_double_buffer",
+          "a library with backward_01..03: backward_03 (the last one), for lengths that are multiples of 64")
+    check(pick(["any_length", "causal"], built=every[:6]) == "backward_05_causal",
+          "any length and causal, a library up to backward_05: backward_05_causal")
+    check(pick(["any_length"], built=every[:5] + ["backward_06_gqa"]) == "backward_06_gqa",
+          "the last one that declares what is needed wins")
+    check(pick([], built=every[:3] + every[4:6]) == "backward_05_causal",
+          "a stage the library lacks (backward_03) is not needed: the last one built is taken")
+    check(raises(NotImplementedError, "needs the backward feature any_length (seq_q 100 and seq_kv 130 are not both "
+                                      "multiples of 64)", pick, ["any_length"], built=first_three,
+                 reasons={"any_length": "seq_q 100 and seq_kv 130 are not both multiples of 64"}),
+          "any length with backward_01..03 only: refused, the feature and its reason named")
+    check(raises(NotImplementedError, "backward_05_causal: any_length, causal", pick, ["causal", "gqa"],
+                 built=every[:6]),
+          "GQA without backward_06: refused, with what each backward stage declares")
+    check(raises(NotImplementedError, "needs the backward features causal, gqa", pick, ["causal", "gqa"],
+                 built=first_three), "several features missing: all named")
+    check(raises(NotImplementedError, "compute capability 7.5", pick, [], capability=(7, 5)),
+          "7.5: no backward stage runs there, refused")
+    check(raises(NotImplementedError, "no backward-track stage", pick, [], built=["ampere_14_lse"]),
+          "a library without backward stages: refused")
+    check(raises(NotImplementedError, "torch.no_grad()", pick, ["causal"], built=first_three),
+          "a refusal says how to go without gradients")
+
+    real = _stages.catalogue()
+    by_tools = {t.name: t.backward_features for t in tools_stages.all_stages()}
+    check(all((s.backward_features is None) == (by_tools[s.id] is None)
+              and (s.backward_features is None or s.backward_features == frozenset(by_tools[s.id])) for s in real),
+          "the package reads each stage's backward features as tools/stages.py does")
+    backward = [s for s in real if s.backward_features is not None]
+    check(bool(backward) and all(s.track == "backward" for s in backward),
+          "the backward track's stages, and only they, declare a backward: %s" % [s.id for s in backward])
+    got = _stages.choose_backward(frozenset(), (8, 0), [s.id for s in real]).id
+    check(got == backward[-1].id, "the real catalogue, lengths multiples of 64: %s, the last backward stage" % got)
 
 
 def test_stage_choice():
@@ -326,12 +454,30 @@ def test_library(path):
     check(raises(ValueError, "\"paged_kv\"", lib.launch, lib.stage_ids[0], params, 0),
           "a block table for a stage without paged_kv: the launcher's ValueError")
 
+    declared = [s.id for s in _stages.catalogue() if s.backward_features is not None and s.id in lib.stage_ids]
+    check(list(lib.backward_stage_ids) == declared,
+          "the library has the backward of every stage that declares one: %s" % (list(lib.backward_stage_ids),))
+    if not lib.backward_stage_ids:
+        return
+    backward = _library.FaCapiBackwardParams(dtype=0, causal=0, batch=2, heads=4, kv_heads=3, seq_q=128,
+                                             seq_kv=128, head_dim=64, softmax_scale=0.125, lse=0x30000,
+                                             lse_batch_stride=4 * 128, lse_head_stride=128)
+    for name in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv"):
+        setattr(backward, name, _library.FaCapiTensor(0x10000, 128 * 4 * 64, 4 * 64, 64))
+    check(raises(_library.LaunchError, "kv_heads 3 must be at least 1 and divide heads 4", lib.launch_backward,
+                 lib.backward_stage_ids[-1], backward, 0),
+          "a backward call the launcher rejects: LaunchError with its message, nothing launched")
+    check(raises(_library.LaunchError, "has no backward pass", lib.launch_backward, lib.stage_ids[0], backward, 0),
+          "the backward of a stage without one: LaunchError")
+
 
 def main():
     test_good_calls()
     test_seqlens_k()
     test_paged_kv()
     test_bad_calls()
+    test_gradient_checks()
+    test_backward_choice()
     test_stage_choice()
     test_library(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")

@@ -13,7 +13,16 @@ slice along the sequence), a non-default stream (the launch must wait for work q
 that stream), torch.compile(fullgraph=True) with static and dynamic shapes, every stage of the
 library by name (with every feature it declares), flash_attn_func, and the errors for bad input.
 
-Exit 0 if all hold, 1 otherwise, 77 (skipped) without PyTorch or a CUDA GPU.
+Gradients (o.backward() through the backward-track stage that flash_stages.pick_backward_stage
+names): dQ, dK and dV against fp64 autograd of plain attention, each within twice the error of the
+same gradient computed by PyTorch's autograd in the inputs' dtype (common/checker.h's
+check_gradient rule, per tensor), for fp16 and bf16, head_dim 64 and 128, causal or not, seq_q !=
+seq_kv, lengths that are not multiples of 64, GQA and MQA; the backward on a non-default stream;
+torch.compile of a loss, differentiated; and directional derivatives against finite differences of
+the fp64 reference (test_directional_derivative says why not torch.autograd.gradcheck). A case that
+needs a backward feature that no stage of the library declares is reported skipped, with the reason.
+
+Exit 0 if all hold (some may be skipped), 1 otherwise, 77 (skipped) without PyTorch or a CUDA GPU.
 """
 
 import faulthandler
@@ -42,14 +51,21 @@ import flash_stages  # noqa: E402
 from flash_stages import attention, flash_attn_func  # noqa: E402
 
 failures = []
+skipped = []
 DEVICE = torch.device("cuda")
 CAPABILITY = torch.cuda.get_device_capability()
+UNIT_ROUNDOFF = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 
 
 def check(condition, what):
     print("%s  %s" % ("ok  " if condition else "FAIL", what), flush=True)
     if not condition:
         failures.append(what)
+
+
+def skip(what, why):
+    print("SKIP  %s: %s" % (what, why), flush=True)
+    skipped.append(what)
 
 
 def randn(*shape, dtype=torch.float16):
@@ -114,6 +130,56 @@ def close(what, out, q, k, v, causal=False, scale=None, alibi=None, lse=None):
         ok = ok and lse.shape == ref_lse.shape and lse.dtype == torch.float32 and same_inf and lse_err <= 1e-3
         detail += "; LSE error %.2e%s" % (lse_err, "" if same_inf else ", -inf rows differ")
     check(ok, "%s: %s" % (what, detail))
+
+
+def math_attention(q, k, v, causal, scale):
+    """softmax(q k^T * scale) v by plain PyTorch operations in the inputs' dtype, differentiable by
+    autograd: [b, s, h, d] in and out, causal aligned to the bottom-right (every query must see a key:
+    seq_q <= seq_kv when causal)."""
+    b, seq_q, heads, _ = q.shape
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, expand_kv(k, heads), expand_kv(v, heads)))
+    s = qt @ kt.transpose(-1, -2) * scale
+    if causal:
+        s = s + scores_bias(b, heads, seq_q, k.shape[1], True, None, s.dtype)
+    return (torch.softmax(s, dim=-1) @ vt).transpose(1, 2)
+
+
+def gradients(fn, inputs, d_o, dtype=None):
+    """(o, dq, dk, dv): fn on leaf copies of q, k, v (in dtype, if given), differentiated against d_o."""
+    leaves = [(t if dtype is None else t.to(dtype)).detach().clone().requires_grad_() for t in inputs]
+    o = fn(*leaves)
+    return (o,) + torch.autograd.grad(o, leaves, d_o.to(o.dtype))
+
+
+def close_gradients(what, got, q, k, v, d_o, causal=False):
+    """got = (dq, dk, dv) of attention(q, k, v, causal) against d_o, each against fp64 autograd of
+    math_attention, within twice the error of the same gradient by autograd in the inputs' dtype."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+
+    def math_fn(q, k, v):
+        return math_attention(q, k, v, causal, scale)
+
+    exact = gradients(math_fn, (q, k, v), d_o, torch.float64)[1:]
+    low = gradients(math_fn, (q, k, v), d_o)[1:]
+    ok, parts = True, []
+    for name, g, ref, base in zip(("dq", "dk", "dv"), got, exact, low):
+        r = ref.abs().max().item()
+        err = (g.double() - ref).abs().max().item()  # NaN if g has one: it fails the comparison below
+        base_err = (base.double() - ref).abs().max().item()
+        tol = 2 * max(base_err, UNIT_ROUNDOFF[q.dtype] * r) + 1e-5 * r
+        ok = ok and g.shape == ref.shape and g.dtype == q.dtype and err <= tol
+        parts.append("%s %.2e (PyTorch's %.2e, tolerance %.2e)" % (name, err, base_err, tol))
+    check(ok, "%s: %s" % (what, "; ".join(parts)))
+
+
+def backward_stage(what, causal=False, gqa=False, any_length=False):
+    """The stage that computes the gradients of such a call, or None, reporting `what` skipped, where no
+    backward stage of the library declares what it needs."""
+    try:
+        return flash_stages.pick_backward_stage(causal=causal, gqa=gqa, any_length=any_length)
+    except NotImplementedError as e:
+        skip(what, str(e))
+        return None
 
 
 def raises(exception, needle, fn):
@@ -331,6 +397,147 @@ def test_kvcache():
         check(raises(exception, needle, fn), "flash_attn_with_kvcache, %s -> %s" % (what, exception.__name__))
 
 
+def test_gradients():
+    cases = [
+        # what, dtype, b, seq_q, seq_kv, heads, kv_heads, d, causal
+        ("fp16 d64, seq 128", torch.float16, 2, 128, 128, 8, 8, 64, False),
+        ("bf16 d128, seq_q 128 < seq_kv 256", torch.bfloat16, 2, 128, 256, 4, 4, 128, False),
+        ("fp16 d128, seq_q 192 > seq_kv 64", torch.float16, 2, 192, 64, 4, 4, 128, False),
+        ("bf16 d64, seq_q 100, seq_kv 130 (not multiples of 64)", torch.bfloat16, 2, 100, 130, 4, 4, 64, False),
+        ("fp16 d128, causal, seq 192", torch.float16, 2, 192, 192, 4, 4, 128, True),
+        ("bf16 d64, causal, seq_q 64 < seq_kv 192", torch.bfloat16, 2, 64, 192, 4, 4, 64, True),
+        ("fp16 d64, causal, seq_q 100 < seq_kv 257", torch.float16, 2, 100, 257, 4, 4, 64, True),
+        ("fp16 d128, GQA 8/2, seq 128", torch.float16, 2, 128, 128, 8, 2, 128, False),
+        ("bf16 d128, causal, MQA 8/1, seq_q 77 < seq_kv 300", torch.bfloat16, 2, 77, 300, 8, 1, 128, True),
+        ("fp16 d64, causal, GQA 12/4, seq 200", torch.float16, 1, 200, 200, 12, 4, 64, True),
+    ]
+    for what, dtype, b, seq_q, seq_kv, heads, kv_heads, d, causal in cases:
+        what = "gradients, " + what
+        stage = backward_stage(what, causal=causal, gqa=kv_heads != heads, any_length=bool(seq_q % 64 or seq_kv % 64))
+        if stage is None:
+            continue
+        q, k, v = randn(b, seq_q, heads, d, dtype=dtype), randn(b, seq_kv, kv_heads, d, dtype=dtype), \
+            randn(b, seq_kv, kv_heads, d, dtype=dtype)
+        d_o = randn(b, seq_q, heads, d, dtype=dtype)
+        o, *grads = gradients(lambda q, k, v: attention(q, k, v, causal=causal), (q, k, v), d_o)
+        close("%s: the forward" % what, o, q, k, v, causal)
+        close_gradients("%s [%s]" % (what, stage), grads, q, k, v, d_o, causal)
+
+    # transformers' layout: views of [b, heads, s, d] tensors, and the gradient of a sum (one value
+    # expanded: every stride 0), which the backward copies into a layout the kernels read.
+    what = "gradients of o.sum() for transposed [b, h, s, d] inputs"
+    stage = backward_stage(what)
+    if stage is not None:
+        qt, kt, vt = randn(2, 8, 128, 64), randn(2, 8, 192, 64), randn(2, 8, 192, 64)
+        inputs = (qt.transpose(1, 2), kt.transpose(1, 2), vt.transpose(1, 2))
+        leaves = [t.detach().clone().requires_grad_() for t in inputs]
+        attention(*leaves).sum().backward()
+        close_gradients("%s [%s]" % (what, stage), [t.grad for t in leaves], *inputs,
+                        torch.ones(2, 128, 8, 64, dtype=torch.float16, device=DEVICE))
+
+    what = "with gradients, the LSE returned carries none (as in FlashAttention): o requires grad, lse does not"
+    if backward_stage(what) is not None:
+        q = randn(2, 128, 4, 64).requires_grad_()
+        o, lse = attention(q, q, q, return_lse=True)
+        check(o.requires_grad and not lse.requires_grad, what)
+
+
+def test_backward_stream():
+    what = "the backward on a non-default stream, ordered after the work queued before it there"
+    stage = backward_stage(what)
+    if stage is None:
+        return
+    b, s, h, d = 2, 256, 8, 128
+    q, k, v, d_o_new = randn(b, s, h, d), randn(b, s, h, d), randn(b, s, h, d), randn(b, s, h, d)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    d_o = torch.zeros_like(d_o_new)
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        o = attention(*leaves)  # autograd runs its backward on this stream
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued ahead of the copy on this stream
+        d_o.copy_(d_o_new)
+        grads = torch.autograd.grad(o, leaves, d_o)  # must run after the copy: on this stream
+    stream.synchronize()
+    close_gradients("%s [%s]" % (what, stage), grads, q, k, v, d_o_new)
+
+
+def test_compile_backward():
+    def loss(q, k, v, w, causal=False):
+        return (attention(q, k, v, causal=causal) * w).sum()  # dL/do = w
+
+    what = "torch.compile(fullgraph=True) of a loss through attention, differentiated"
+    stage = backward_stage(what)
+    if stage is not None:
+        compiled = torch.compile(loss, fullgraph=True)
+        q, k, v, w = randn(2, 128, 8, 64), randn(2, 192, 8, 64), randn(2, 192, 8, 64), randn(2, 128, 8, 64)
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        close_gradients("%s [%s]" % (what, stage), torch.autograd.grad(compiled(*leaves, w), leaves), q, k, v, w)
+
+    what = "torch.compile(fullgraph=True, dynamic=True) of a causal loss, differentiated, seq 100 and 173"
+    stage = backward_stage(what, causal=True, any_length=True)
+    if stage is not None:
+        compiled = torch.compile(lambda q, k, v, w: loss(q, k, v, w, causal=True), fullgraph=True, dynamic=True)
+        for seq in (100, 173):
+            q, k, v, w = randn(1, seq, 4, 128), randn(1, seq, 4, 128), randn(1, seq, 4, 128), randn(1, seq, 4, 128)
+            leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+            close_gradients("%s: seq %d [%s]" % (what, seq, stage), torch.autograd.grad(compiled(*leaves, w), leaves),
+                            q, k, v, w, causal=True)
+
+
+def test_directional_derivative():
+    """gradcheck's question, asked in a way 16-bit kernels can answer: is the gradient the derivative
+    of the function the forward computes, in every direction? torch.autograd.gradcheck itself
+    compares the gradient with finite differences of the same function at a step of about 1e-6 in
+    fp64; the kernels take fp16 and bf16 only, where such a step is below the inputs' resolution and
+    the forward's rounding (about 1e-3 of the output) drowns any difference. So here, at tiny shapes:
+    the directional derivative of L = sum(attention(q, k, v) * w) along 8 random directions, from
+    our gradients, against a central finite difference of the fp64 reference (which matches fp64
+    autograd to about 1e-9 relative, checked too), within twice the largest error of the same
+    directional derivatives from PyTorch's gradients in the inputs' dtype."""
+    step = 1e-4  # fp64: truncation ~ step^2, rounding ~ 1e-16 / step, both far below 16-bit errors
+    for what, dtype, seq_q, seq_kv, heads, kv_heads, d, causal in (
+            ("fp16 d64, seq 64", torch.float16, 64, 64, 2, 2, 64, False),
+            ("bf16 d128, causal, GQA 4/2, seq_q 40 < seq_kv 72", torch.bfloat16, 40, 72, 4, 2, 128, True)):
+        what = "directional derivatives vs finite differences, " + what
+        stage = backward_stage(what, causal=causal, gqa=kv_heads != heads, any_length=bool(seq_q % 64 or seq_kv % 64))
+        if stage is None:
+            continue
+        scale = 1.0 / math.sqrt(d)
+        q, k, v = randn(1, seq_q, heads, d, dtype=dtype), randn(1, seq_kv, kv_heads, d, dtype=dtype), \
+            randn(1, seq_kv, kv_heads, d, dtype=dtype)
+        w = randn(1, seq_q, heads, d, dtype=dtype)
+
+        def math_fn(q, k, v):
+            return math_attention(q, k, v, causal, scale)
+
+        ours = gradients(lambda q, k, v: attention(q, k, v, causal=causal), (q, k, v), w)[1:]
+        low = gradients(math_fn, (q, k, v), w)[1:]
+        exact = gradients(math_fn, (q, k, v), w, torch.float64)[1:]
+        x, w64 = [t.double() for t in (q, k, v)], w.double()
+
+        def loss64(shift):
+            return (math_fn(*(t + step * s for t, s in zip(x, shift))) * w64).sum().item()
+
+        generator = torch.Generator(device=DEVICE).manual_seed(1)
+        errors = {"ours": [], "low": [], "exact": []}
+        largest = 0.0
+        for _ in range(8):
+            direction = [torch.randn(t.shape, dtype=torch.float64, device=DEVICE, generator=generator) for t in x]
+            finite = (loss64(direction) - loss64([-s for s in direction])) / (2 * step)
+            for name, grads in (("ours", ours), ("low", low), ("exact", exact)):
+                along = sum((g.double() * s).sum().item() for g, s in zip(grads, direction))
+                errors[name].append(abs(along - finite))
+            largest = max(largest, abs(finite))
+        check(all(e <= 1e-6 * largest for e in errors["exact"]),
+              "%s: the finite differences match fp64 autograd (error %.1e of %.3g)" % (what, max(errors["exact"]),
+                                                                                       largest))
+        tol = 2 * max(max(errors["low"]), UNIT_ROUNDOFF[dtype] * largest) + 1e-5 * largest
+        check(all(e <= tol for e in errors["ours"]),  # all(), not max(): a NaN fails
+              "%s [%s]: error %.2e (PyTorch's %.2e, tolerance %.2e; largest derivative %.3g)"
+              % (what, stage, max(errors["ours"]), max(errors["low"]), tol, largest))
+
+
 def test_errors():
     q = randn(2, 64, 4, 64)
     cases = [
@@ -349,8 +556,15 @@ def test_errors():
         ("a negative scale", ValueError, "finite and positive", lambda: attention(q, q, q, softmax_scale=-0.1)),
         ("fp16 ALiBi slopes", TypeError, "torch.float32",
          lambda: attention(q, q, q, alibi_slopes=torch.ones(4, dtype=torch.float16, device=DEVICE))),
-        ("inputs that require grad", NotImplementedError, "no backward pass",
-         lambda: attention(q.clone().requires_grad_(), q, q)),
+        ("ALiBi with inputs that require grad", NotImplementedError, "alibi_slopes with inputs that require grad",
+         lambda: attention(q.clone().requires_grad_(), q, q, alibi_slopes=torch.ones(4, device=DEVICE))),
+        ("head_dim 96 with inputs that require grad", ValueError, "head_dim 96 has no kernel",
+         lambda: attention(*(randn(1, 8, 2, 96).requires_grad_(),) * 3)),
+        ("flash_attn_with_kvcache with cache_seqlens, q requiring grad", NotImplementedError,
+         "cache_seqlens with inputs that require grad",
+         lambda: flash_stages.flash_attn_with_kvcache(q.clone().requires_grad_(), q, q, cache_seqlens=10)),
+        ("flash_attn_func(deterministic=True) with inputs that require grad", NotImplementedError,
+         "deterministic=True", lambda: flash_attn_func(q.clone().requires_grad_(), q, q, deterministic=True)),
         ("a stage without causal, named", ValueError, "does not support causal",
          lambda: attention(q, q, q, causal=True, stage="ampere_01")),
         ("a length a stage without any_length does not take", ValueError, "not a multiple of the block size",
@@ -362,11 +576,19 @@ def test_errors():
         ("flash_attn_func with return_attn_probs", NotImplementedError, "return_lse",
          lambda: flash_attn_func(q, q, q, return_attn_probs=True)),
     ]
+    try:
+        flash_stages.pick_backward_stage(causal=True, gqa=True, any_length=True)
+    except NotImplementedError:  # a library without every backward feature: such a call is refused
+        cases.append(("causal GQA of any length with inputs that require grad, which no backward stage of the "
+                      "library computes", NotImplementedError, "needs the backward feature",
+                      lambda: attention(randn(1, 100, 4, 64).requires_grad_(), randn(1, 100, 2, 64),
+                                        randn(1, 100, 2, 64), causal=True)))
     for what, exception, needle, fn in cases:
         check(raises(exception, needle, fn), "%s -> %s" % (what, exception.__name__))
     with torch.no_grad():
-        o = attention(q.clone().requires_grad_(), q, q)
-    check(o.shape == q.shape and not o.requires_grad, "inputs that require grad, under torch.no_grad(): accepted")
+        o = attention(q.clone().requires_grad_(), q, q, alibi_slopes=torch.ones(4, device=DEVICE))
+    check(o.shape == q.shape and not o.requires_grad,
+          "inputs that require grad, with ALiBi, under torch.no_grad(): accepted, as without gradients")
 
 
 def main():
@@ -375,9 +597,13 @@ def main():
     print("stage picked: plain %s; causal+GQA+LSE %s; ALiBi %s" % (
         flash_stages.pick_stage(), flash_stages.pick_stage(causal=True, gqa=True, lse=True),
         flash_stages.pick_stage(alibi=True)))
+    print("backward stages in the library: %s" % ", ".join(
+        "%s (%s)" % (s.id, ", ".join(sorted(s.backward_features)) or "no feature")
+        for s in flash_stages.stages() if s.backward_features is not None))
     torch.manual_seed(0)
     for test in (test_features, test_views, test_stream, test_compile, test_every_stage, test_flash_attn_func,
-                 test_kvcache, test_errors):
+                 test_kvcache, test_gradients, test_backward_stream, test_compile_backward, test_directional_derivative,
+                 test_errors):
         print("--- %s" % test.__name__, flush=True)
         try:
             test()
@@ -386,6 +612,9 @@ def main():
 
             traceback.print_exc()
             check(False, "%s raised %s: %s" % (test.__name__, type(e).__name__, e))
+    if skipped:
+        print("%d skipped (a backward feature no stage of the library declares): %s"
+              % (len(skipped), "; ".join(skipped)))
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")
     return 1 if failures else 0
 

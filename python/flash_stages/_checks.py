@@ -7,7 +7,9 @@ tensors, and in tests/test_python_args.py on small stand-in objects, without PyT
 
 The kernels' own validation (common/params.cpp) rejects every bad call too, but it sees raw
 pointers and strides: it cannot tell a CPU tensor from a GPU one, nor a dtype mismatch between k and
-q. So the checks below come first, and say what is wrong in PyTorch's terms.
+q. So the checks below come first, and say what is wrong in PyTorch's terms. The same holds for a
+call that will be differentiated: what no backward pass computes is refused here, before the
+forward is launched, rather than inside loss.backward() later.
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ MAX_ALIBI_SEQ = 1 << 23
 # The kernels move each head_dim row in 16-byte chunks: 8 elements of 2 bytes.
 ROW_ALIGN_ELEMENTS = 8
 ROW_ALIGN_BYTES = 16
+
+# The backward stages that do not declare the backward feature "any_length" take seq_q and seq_kv
+# that are multiples of 64: their BackwardInfo (stages/backward/*/backward.cuh) has 64 query rows per
+# iteration and keys in blocks of 64, or of 128 whose second half may lie past a multiple of 64. The
+# library does not export these sizes; 64 is what every one of them takes.
+BACKWARD_LENGTH_MULTIPLE = 64
+
+# What no backward pass computes, by the name of the argument that asks for it: the backward stages
+# compute the gradients of attention over whole K/V tensors (with causal masking and GQA where they
+# declare them), without a bias on the scores.
+NO_BACKWARD = {"alibi_slopes": "ALiBi", "seqlens_k": "per-sequence K/V lengths",
+               "cache_seqlens": "per-sequence K/V lengths", "block_table": "a paged KV cache"}
 
 
 @dataclass(frozen=True)
@@ -108,19 +122,26 @@ def _check_cuda(name: str, t) -> None:
         raise ValueError("%s is on %s: the kernels run on CUDA tensors (move it with %s.cuda())" % (name, t.device, name))
 
 
-def _check_row_strides(name: str, t) -> None:
+def _row_stride_problem(name: str, t) -> str | None:
     """head_dim contiguous, and every other stride (of a dimension with more than one index) a
-    positive multiple of 8 elements, so that each head_dim row starts 16-byte aligned."""
+    positive multiple of 8 elements, so that each head_dim row starts 16-byte aligned: None if so,
+    else what is wrong."""
     shape, strides = _shape(t), tuple(t.stride())
     if strides[3] != 1 and shape[3] > 1:
-        raise ValueError("%s's last dimension (head_dim) must be contiguous: its stride is %s, not 1 (make it so with "
-                         "%s.contiguous())" % (name, strides[3], name))
+        return ("%s's last dimension (head_dim) must be contiguous: its stride is %s, not 1 (make it so with "
+                "%s.contiguous())" % (name, strides[3], name))
     for dim, what in enumerate(("batch", "seq", "head")):
         if shape[dim] > 1 and (strides[dim] <= 0 or strides[dim] % ROW_ALIGN_ELEMENTS != 0):
-            raise ValueError("%s's %s stride is %s: the kernels need the batch, seq and head strides to be positive "
-                             "multiples of %s elements, so that every head_dim row starts 16-byte aligned (strides %s; "
-                             "%s.contiguous() gives such strides)"
-                             % (name, what, strides[dim], ROW_ALIGN_ELEMENTS, strides, name))
+            return ("%s's %s stride is %s: the kernels need the batch, seq and head strides to be positive multiples "
+                    "of %s elements, so that every head_dim row starts 16-byte aligned (strides %s; %s.contiguous() "
+                    "gives such strides)" % (name, what, strides[dim], ROW_ALIGN_ELEMENTS, strides, name))
+    return None
+
+
+def _check_row_strides(name: str, t) -> None:
+    problem = _row_stride_problem(name, t)
+    if problem:
+        raise ValueError(problem)
 
 
 def check_attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, return_lse=False,
@@ -258,15 +279,60 @@ def check_alignment(q, k, v) -> None:
                              "multiple of 8 elements?): %s.contiguous() copies it to aligned memory" % (name, name))
 
 
-def check_no_grad(grad_enabled: bool, **tensors) -> None:
-    """There is no backward pass: a call whose output would need one is refused, rather than failing
-    later inside loss.backward()."""
-    if not grad_enabled:
-        return
-    for name, t in tensors.items():
-        if t is not None and getattr(t, "requires_grad", False):
-            raise NotImplementedError("%s requires grad, but these kernels have no backward pass: call attention under "
-                                      "torch.no_grad() or torch.inference_mode(), or detach the inputs" % name)
+def fits_kernel_layout(t) -> bool:
+    """Whether the kernels read a [batch, seq, heads, head_dim] tensor as it is: the strides of
+    _check_row_strides, and data 16-byte aligned. The gradient that autograd hands the backward may
+    have any layout (after loss = o.sum() it is one value expanded, every stride 0)."""
+    return (len(_shape(t)) == 4 and _row_stride_problem("t", t) is None
+            and t.data_ptr() % ROW_ALIGN_BYTES == 0)
+
+
+def needs_grad(grad_enabled: bool, *tensors) -> bool:
+    """Whether autograd will differentiate a call of these inputs (None for an absent one)."""
+    return grad_enabled and any(t is not None and getattr(t, "requires_grad", False) for t in tensors)
+
+
+def check_backward_arguments(**arguments) -> None:
+    """A call that will be differentiated, with what no backward pass computes (NO_BACKWARD: ALiBi,
+    per-sequence K/V lengths, a paged cache), is refused with NotImplementedError; arguments are given
+    by the name the caller used (alibi_slopes=..., cache_seqlens=...), None when absent."""
+    for name, value in arguments.items():
+        if value is not None:
+            raise NotImplementedError(
+                "%s with inputs that require grad: no backward pass computes %s (the backward stages differentiate "
+                "attention over whole K/V tensors, without a bias on the scores); compute this call without "
+                "gradients (under torch.no_grad() or torch.inference_mode(), or on detached inputs)"
+                % (name, NO_BACKWARD[name]))
+
+
+def backward_needs(call: Call) -> dict:
+    """The backward features (stage.json's "backward": {"features": [...]}) that the gradient of this
+    call needs, each with the reason: {"any_length": "seq_q 100 and seq_kv 130 are not both
+    multiples of 64", ...}."""
+    needs = {}
+    if call.seq_q % BACKWARD_LENGTH_MULTIPLE or call.seq_kv % BACKWARD_LENGTH_MULTIPLE:
+        needs["any_length"] = "seq_q %s and seq_kv %s are not both multiples of %d" % (
+            call.seq_q, call.seq_kv, BACKWARD_LENGTH_MULTIPLE)
+    if call.causal:
+        needs["causal"] = "causal=True"
+    if call.kv_heads != call.heads:
+        needs["gqa"] = "kv_heads %s < heads %s" % (call.kv_heads, call.heads)
+    return needs
+
+
+def check_backward_tensors(call: Call, o, d_o, lse) -> None:
+    """The backward's other inputs, beside q, k and v (checked by check_attention): the forward's
+    output o and the gradient d_o, [batch, seq_q, heads, head_dim] in q's dtype on q's device, and
+    the forward's LSE, fp32 [batch, heads, seq_q]."""
+    for name, t in (("o", o), ("d_o", d_o), ("lse", lse)):
+        _require_tensor(name, t)
+        expected_shape, expected_dtype = (call.lse_shape, "torch.float32") if name == "lse" else (call.o_shape,
+                                                                                                  call.dtype)
+        if _shape(t) != expected_shape:
+            raise ValueError("%s must have shape %s, not %s" % (name, expected_shape, _shape(t)))
+        if str(t.dtype) != expected_dtype:
+            raise TypeError("%s has dtype %s, not %s" % (name, t.dtype, expected_dtype))
+        _check_cuda(name, t)
 
 
 def kernel_strides(t) -> tuple:

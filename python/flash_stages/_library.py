@@ -2,9 +2,9 @@
 needs no build of its own and works with any PyTorch; the library is the one CMake builds,
 build/libfa_capi.so (target fa_capi).
 
-The structs that mirror common/c_api.h field by field are in _capi_structs.py (which the tools in
-tools/ load too); the library reports its own sizeof(FaCapiParams), and a mismatch is refused at
-load time rather than read at the wrong offsets.
+The structs that mirror common/c_api.h and common/c_api_backward.h field by field are in
+_capi_structs.py (which the tools in tools/ load too); the library reports its own sizeof of each,
+and a mismatch is refused at load time rather than read at the wrong offsets.
 
 Standard library only: loading and listing stages need no PyTorch.
 """
@@ -16,7 +16,8 @@ import os
 import threading
 from pathlib import Path
 
-from ._capi_structs import DLOPEN_MODE, FaCapiParams, FaCapiTensor  # noqa: F401 (_ops.py uses FaCapiTensor)
+# FaCapiTensor and FaCapiBackwardParams too: _ops.py reaches the structs through this module.
+from ._capi_structs import DLOPEN_MODE, FaCapiBackwardParams, FaCapiParams, FaCapiTensor  # noqa: F401
 from ._stages import REPO
 
 
@@ -52,14 +53,26 @@ class Library:
             lib.fa_capi_launch.restype = ctypes.c_int
             lib.fa_capi_launch.argtypes = [ctypes.c_char_p, ctypes.POINTER(FaCapiParams), ctypes.c_void_p,
                                            ctypes.c_char_p, ctypes.c_int]
+            lib.fa_capi_backward_params_size.restype = ctypes.c_int
+            lib.fa_capi_stage_has_backward.restype = ctypes.c_int
+            lib.fa_capi_stage_has_backward.argtypes = [ctypes.c_char_p]
+            lib.fa_capi_launch_backward.restype = ctypes.c_int
+            lib.fa_capi_launch_backward.argtypes = [ctypes.c_char_p, ctypes.POINTER(FaCapiBackwardParams),
+                                                    ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
         except AttributeError as e:
             raise LibraryError("%s is not the kernels' C interface (libfa_capi.so): %s" % (self.path, e)) from None
-        if lib.fa_capi_params_size() != ctypes.sizeof(FaCapiParams):
-            raise LibraryError("%s: FaCapiParams is %d bytes there and %d here: python/flash_stages/_capi_structs.py "
-                               "no longer mirrors common/c_api.h" % (self.path, lib.fa_capi_params_size(),
-                                                                     ctypes.sizeof(FaCapiParams)))
+        for struct, size, header in ((FaCapiParams, lib.fa_capi_params_size(), "common/c_api.h"),
+                                     (FaCapiBackwardParams, lib.fa_capi_backward_params_size(),
+                                      "common/c_api_backward.h")):
+            if size != ctypes.sizeof(struct):
+                raise LibraryError("%s: %s is %d bytes there and %d here: python/flash_stages/_capi_structs.py no "
+                                   "longer mirrors %s" % (self.path, struct.__name__, size, ctypes.sizeof(struct),
+                                                          header))
         self._lib = lib
         self.stage_ids = tuple(lib.fa_capi_stage_name(i).decode() for i in range(lib.fa_capi_stage_count()))
+        # The stages whose backward pass the library has (the backward track's, whose stage.json
+        # declares "backward"), asked once.
+        self.backward_stage_ids = tuple(s for s in self.stage_ids if lib.fa_capi_stage_has_backward(s.encode()) == 1)
 
     def launch(self, stage_id: str, params: FaCapiParams, stream: int) -> None:
         """Issues the launch on `stream` (a cudaStream_t as an int; 0 is the legacy default stream).
@@ -75,6 +88,17 @@ class Library:
         if code == 1 and ": kernel launch failed:" not in text:
             raise ValueError(text)
         raise LaunchError(text)
+
+    def launch_backward(self, stage_id: str, params: FaCapiBackwardParams, stream: int) -> None:
+        """Issues a stage's backward pass on `stream` (common/c_api_backward.h). Everything its launcher
+        validates has been checked in Python before (the forward's checks, and the choice of a stage
+        whose backward declares what the call needs), so any failure, a refusal (nothing launched) or
+        a failed launch, is a LaunchError with the launcher's message."""
+        message = ctypes.create_string_buffer(1024)
+        code = self._lib.fa_capi_launch_backward(stage_id.encode(), ctypes.byref(params), stream, message,
+                                                 len(message))
+        if code != 0:
+            raise LaunchError(message.value.decode(errors="replace"))  # starts with the stage id
 
 
 _loaded = None

@@ -1,9 +1,14 @@
-"""attention() and flash_attn_func() on PyTorch tensors, through a PyTorch custom op.
+"""attention() and flash_attn_func() on PyTorch tensors, through PyTorch custom ops.
 
-The op, flash_stages::attention, is registered with torch.library.custom_op: PyTorch's dispatcher
-calls it like any built-in operator, and torch.compile sees it as one opaque node of the graph (no
-graph break), learning its output shapes from the fake implementation registered beside it. It
-mutates none of its inputs and allocates its outputs itself, so it needs no aliasing annotations.
+The ops, flash_stages::attention (the forward) and flash_stages::attention_backward (the gradients
+of q, k and v), are registered with torch.library.custom_op: PyTorch's dispatcher calls them like
+any built-in operator, and torch.compile sees each as one opaque node of the graph (no graph break),
+learning its output shapes from the fake implementation registered beside it. They mutate none of
+their inputs and allocate their outputs themselves, so they need no aliasing annotations.
+
+The forward's autograd formula (torch.library.register_autograd) saves q, k, v, the output and the
+LSE, and its backward is the second op: a backward-track stage's backward pass
+(common/backward.h), which recomputes the attention probabilities from the LSE.
 """
 
 from typing import Optional
@@ -27,9 +32,31 @@ def _stage_for(call: _checks.Call, device: torch.device, requested: Optional[str
     return stage
 
 
+# (compute capability, backward features needed) -> Stage, as _choices is for the forward.
+_backward_choices: dict = {}
+
+
+def _backward_stage_for(call: _checks.Call, device: torch.device) -> _stages.Stage:
+    capability = torch.cuda.get_device_capability(device)
+    needs = _checks.backward_needs(call)
+    key = (capability, frozenset(needs))
+    stage = _backward_choices.get(key)
+    if stage is None:
+        stage = _stages.choose_backward(frozenset(needs), capability, _library.load().backward_stage_ids,
+                                        reasons=needs)
+        _backward_choices[key] = stage
+    return stage
+
+
 def _view(t: torch.Tensor) -> _library.FaCapiTensor:
     batch_stride, seq_stride, head_stride = _checks.kernel_strides(t)
     return _library.FaCapiTensor(t.data_ptr(), batch_stride, seq_stride, head_stride)
+
+
+def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
+    """t itself where the kernels read it as it is, else a contiguous copy (a fresh allocation, so
+    16-byte aligned too)."""
+    return t if _checks.fits_kernel_layout(t) else t.clone(memory_format=torch.contiguous_format)
 
 
 # No device_types: the op is registered for every device, so that a CPU tensor reaches the checks
@@ -38,10 +65,16 @@ def _view(t: torch.Tensor) -> _library.FaCapiTensor:
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Optional[torch.Tensor],
                   causal: bool, softmax_scale: Optional[float], return_lse: bool,
                   stage: Optional[str], seqlens_k: Optional[torch.Tensor] = None,
-                  block_table: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  block_table: Optional[torch.Tensor] = None,
+                  needs_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
                                    return_lse=return_lse, seqlens_k=seqlens_k, block_table=block_table)
     _checks.check_alignment(q, k, v)
+    if needs_grad:
+        # The call will be differentiated: what no backward stage takes is refused now, before the
+        # forward's launch, rather than inside loss.backward() later.
+        _checks.check_backward_arguments(alibi_slopes=alibi_slopes, seqlens_k=seqlens_k, block_table=block_table)
+        _backward_stage_for(call, q.device)
     chosen = _stage_for(call, q.device, stage)
     # Allocated here, so always contiguous: [batch, seq_q, heads, head_dim] and [batch, heads, seq_q].
     o = torch.empty(call.o_shape, dtype=q.dtype, device=q.device)
@@ -66,14 +99,86 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, seqlens_k=None, block_table=None):
+def _attention_fake(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, seqlens_k=None, block_table=None,
+                    needs_grad=False):
     # The same checks on torch.compile's fake tensors, so bad input fails at compile time with the same
-    # message; the outputs have the shapes, dtype and (contiguous) strides of the real ones.
+    # message; the outputs have the shapes, dtype and (contiguous) strides of the real ones. (The
+    # backward stage is chosen by the real implementation: that needs the library and the GPU.)
     call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
                                    return_lse=return_lse, seqlens_k=seqlens_k, block_table=block_table)
+    if needs_grad:
+        _checks.check_backward_arguments(alibi_slopes=alibi_slopes, seqlens_k=seqlens_k, block_table=block_table)
     o = q.new_empty(call.o_shape)
     lse = q.new_empty(call.lse_shape if return_lse else (0,), dtype=torch.float32)
     return o, lse
+
+
+@torch.library.custom_op("flash_stages::attention_backward", mutates_args=())
+def _attention_backward_op(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                           lse: torch.Tensor, causal: bool,
+                           softmax_scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv of o = attention(q, k, v, causal, softmax_scale), given d_o = dL/do and the forward's
+    o and LSE, by the last backward-track stage that takes the call (_stages.choose_backward)."""
+    # d_o comes from autograd in any layout; q, k, v and o are the forward's (already readable), unless
+    # torch.compile's graph hands them over otherwise.
+    d_o, q, k, v, o = (_kernel_layout(t) for t in (d_o, q, k, v, o))
+    call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
+    _checks.check_backward_tensors(call, o, d_o, lse)
+    chosen = _backward_stage_for(call, q.device)
+    lse = lse.contiguous()  # the forward's buffer, [batch, heads, seq_q]: the strides below
+    # Allocated here, contiguous, in the inputs' shapes: dk and dv of a KV head sum over its query heads.
+    dq, dk, dv = (torch.empty(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v))
+    params = _library.FaCapiBackwardParams(
+        q=_view(q), k=_view(k), v=_view(v), o=_view(o), d_o=_view(d_o), dq=_view(dq), dk=_view(dk), dv=_view(dv),
+        dtype=_checks.DTYPE_CODES[call.dtype], causal=int(call.causal),
+        batch=call.batch, heads=call.heads, kv_heads=call.kv_heads, seq_q=call.seq_q, seq_kv=call.seq_kv,
+        head_dim=call.head_dim, softmax_scale=call.softmax_scale,
+        lse=lse.data_ptr(), lse_batch_stride=call.heads * call.seq_q, lse_head_stride=call.seq_q)
+    # As the forward: on q's device and PyTorch's current stream there, which autograd sets to the
+    # stream the forward ran on.
+    with torch.cuda.device(q.device):
+        _library.load().launch_backward(chosen.id, params, torch.cuda.current_stream().cuda_stream)
+    return dq, dk, dv
+
+
+@_attention_backward_op.register_fake
+def _attention_backward_fake(d_o, q, k, v, o, lse, causal, softmax_scale):
+    call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
+    _checks.check_backward_tensors(call, o, d_o, lse)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _save_for_backward(ctx, inputs, output):
+    q, k, v, alibi_slopes, causal, softmax_scale, return_lse, _stage, seqlens_k, block_table, _needs_grad = inputs
+    o, lse = output
+    # attention() has checked all this before the launch; a caller of the op itself learns it here.
+    _checks.check_backward_arguments(alibi_slopes=alibi_slopes, seqlens_k=seqlens_k, block_table=block_table)
+    if not return_lse:
+        raise NotImplementedError("flash_stages::attention is differentiable only with return_lse=True (its backward "
+                                  "reads the LSE): call flash_stages.attention(), which asks for it")
+    # No gradient flows through the LSE, as in FlashAttention: the backward stages take dL/do alone.
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.softmax_scale = causal, softmax_scale
+
+
+def _attention_grad(ctx, grad_o, _grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.flash_stages.attention_backward(grad_o, q, k, v, o, lse, ctx.causal, ctx.softmax_scale)
+    # The op's other arguments (alibi_slopes, ..., needs_grad) have no gradient.
+    return (dq, dk, dv) + (None,) * 8
+
+
+_attention_op.register_autograd(_attention_grad, setup_context=_save_for_backward)
+
+
+def _attention(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, seqlens_k=None, block_table=None):
+    """The forward op, differentiable where autograd will need its gradients: then it also computes the
+    LSE, which the backward reads, whether the caller asked for it or not."""
+    needs_grad = _checks.needs_grad(torch.is_grad_enabled(), q, k, v, alibi_slopes)
+    return torch.ops.flash_stages.attention(q, k, v, alibi_slopes, bool(causal),
+                                            None if softmax_scale is None else float(softmax_scale),
+                                            bool(return_lse) or needs_grad, stage, seqlens_k, block_table, needs_grad)
 
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, return_lse=False, stage=None):
@@ -93,15 +198,17 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, r
     a stage id ("hopper_17_warp_redo", or "hopper_17") runs that stage.
 
     Returns o, [batch, seq_q, heads, head_dim] in q's dtype (and lse if return_lse). Launches on
-    torch.cuda.current_stream(). No backward: inputs that require grad are refused while grad mode is
-    on."""
+    torch.cuda.current_stream().
+
+    Differentiable in q, k and v: o.backward() runs the last backward-track stage whose backward
+    declares what the call needs (flash_stages.pick_backward_stage); the LSE carries no gradient. A
+    call that will be differentiated (inputs that require grad, grad mode on) and that no backward
+    stage takes (ALiBi, or a feature no backward stage of the library declares) is refused with
+    NotImplementedError before anything is launched."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError("%s must be a torch.Tensor, not %s" % (name, type(t).__name__))
-    _checks.check_no_grad(torch.is_grad_enabled(), q=q, k=k, v=v)
-    o, lse = torch.ops.flash_stages.attention(q, k, v, alibi_slopes, bool(causal),
-                                              None if softmax_scale is None else float(softmax_scale),
-                                              bool(return_lse), stage)
+    o, lse = _attention(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage)
     return (o, lse) if return_lse else o
 
 
@@ -110,11 +217,17 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """FlashAttention-2's flash_attn_func, same arguments and layout, for code written against it.
 
     What the kernels do not do is refused with NotImplementedError, never ignored: dropout_p > 0,
-    a sliding window (window_size other than (-1, -1)), softcap, return_attn_probs, and gradients.
-    deterministic is accepted and changes nothing (the forward pass is deterministic)."""
+    a sliding window (window_size other than (-1, -1)), softcap, return_attn_probs, gradients that no
+    backward stage computes (as attention()), and deterministic=True for a call that will be
+    differentiated: the backward stages add dQ up with fp32 atomics, in an order that may change its
+    last bits from one run to the next (FlashAttention's deterministic=False); the forward is
+    deterministic, so deterministic=True is accepted without gradients."""
     if dropout_p:
-        raise NotImplementedError("dropout_p=%r: these kernels have no dropout (inference only); pass dropout_p=0.0"
-                                  % (dropout_p,))
+        raise NotImplementedError("dropout_p=%r: these kernels have no dropout; pass dropout_p=0.0" % (dropout_p,))
+    if deterministic and _checks.needs_grad(torch.is_grad_enabled(), q, k, v, alibi_slopes):
+        raise NotImplementedError("deterministic=True with inputs that require grad: the backward stages add dQ up "
+                                  "with fp32 atomics, whose order may change its last bits from run to run; pass "
+                                  "deterministic=False")
     if tuple(window_size) != (-1, -1):
         raise NotImplementedError("window_size=%r: these kernels have no sliding-window (local) attention; pass "
                                   "(-1, -1)" % (tuple(window_size),))
@@ -149,7 +262,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     be clamped by the kernel or written out of bounds, and a page index outside the pool read or
     written outside it. What the kernels do not do is refused with NotImplementedError, never
     ignored: rotary embeddings, cache_batch_idx, cache_leftpad, a sliding window, softcap, a forced
-    num_splits, and gradients."""
+    num_splits, and gradients of a call with cache_seqlens, block_table or alibi_slopes (without
+    them, the call is attention() over the whole cache, differentiable as that is)."""
     for name, value, default in (("rotary_cos", rotary_cos, None), ("rotary_sin", rotary_sin, None),
                                  ("cache_batch_idx", cache_batch_idx, None), ("cache_leftpad", cache_leftpad, None)):
         if value is not default:
@@ -165,7 +279,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor):
             raise TypeError("%s must be a torch.Tensor, not %s" % (name, type(t).__name__))
-    _checks.check_no_grad(torch.is_grad_enabled(), q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
+    if _checks.needs_grad(torch.is_grad_enabled(), q, k_cache, v_cache, k, v, alibi_slopes):
+        # Before the caches are written.
+        _checks.check_backward_arguments(alibi_slopes=alibi_slopes, cache_seqlens=cache_seqlens,
+                                         block_table=block_table)
     if (k is None) != (v is None):
         raise ValueError("k and v go together: pass both new tensors or neither")
     if q.dim() != 4 or k_cache.dim() != 4:
@@ -215,9 +332,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if block_table is not None:
         _check_pages_and_write(k_cache, v_cache, k, v, block_table, page_size, seqlens_k, cache_seqlens)
 
-    scale = None if softmax_scale is None else float(softmax_scale)
-    o, lse = torch.ops.flash_stages.attention(q, k_cache, v_cache, alibi_slopes, bool(causal), scale,
-                                              bool(return_softmax_lse), None, seqlens_k, block_table)
+    o, lse = _attention(q, k_cache, v_cache, alibi_slopes, causal, softmax_scale, return_softmax_lse, None, seqlens_k,
+                        block_table)
     return (o, lse) if return_softmax_lse else o
 
 

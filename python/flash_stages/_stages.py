@@ -1,4 +1,5 @@
-"""Which stage runs a call: the stage declarations (stages/<track>/NN_name/stage.json) and the choice.
+"""Which stage runs a call, and which computes its gradients: the stage declarations
+(stages/<track>/NN_name/stage.json) and the choices.
 
 The C library lists the stages it was built with, by id, and nothing more; what each one supports
 (its "features") and where it runs (its "target") are declared in its stage.json, the one list the
@@ -25,6 +26,10 @@ class Stage:
     target: str            # "sm_80" (runs on compute capability 8.0 and newer) or "sm_90a" (9.0 only)
     features: frozenset    # of "any_length", "causal", "gqa", "lse", "alibi"
     parent: str | None
+    # What the stage's backward pass supports (stage.json's "backward": {"features": [...]}: "any_length",
+    # "causal", "gqa"), independently of its forward; None for a stage without one (every stage outside
+    # the backward track).
+    backward_features: frozenset | None = None
 
     def runs_on(self, capability: tuple) -> bool:
         """Whether a GPU of this compute capability, e.g. (9, 0), runs the stage's machine code: sm_90a
@@ -54,8 +59,11 @@ def catalogue(directory: str | None = None) -> tuple:
             continue
         for folder in sorted(p for p in (root / name).iterdir() if (p / "stage.json").is_file()):
             declared = json.loads((folder / "stage.json").read_text())
+            backward = declared.get("backward")
+            backward_features = None if backward is None else frozenset(backward.get("features", []))
             result.append(Stage(id="%s_%s" % (name, folder.name), track=name, target=declared["target"],
-                                features=frozenset(declared.get("features", [])), parent=declared.get("parent")))
+                                features=frozenset(declared.get("features", [])), parent=declared.get("parent"),
+                                backward_features=backward_features))
     return tuple(result)
 
 
@@ -122,3 +130,34 @@ def choose(needed: frozenset, capability: tuple, built, requested: str | None = 
     raise ValueError("no stage in the library runs on compute capability %s with %s (tracks tried: %s)"
                      % (cc_text, _feature_list(needed), ", ".join(tracks)))
 
+
+def choose_backward(needed: frozenset, capability: tuple, with_backward, stages=None, reasons=None) -> Stage:
+    """The stage whose backward pass computes the gradients of a call that needs the backward features
+    `needed` ("any_length", "causal", "gqa") on a GPU of `capability`, among the stages whose backward
+    the library has (`with_backward`, ids): the backward track's last stage that declares them and
+    runs on this GPU, as each track's last stage is its fastest. The forward of the call is chosen on
+    its own (choose()): the backward reads only its output and its LSE, which every stage computes
+    alike.
+
+    No such stage: NotImplementedError naming the features needed (with `reasons`, {feature: why},
+    where given) and what the library's backward stages declare."""
+    stages = catalogue() if stages is None else stages
+    with_backward = set(with_backward)
+    usable = [s for s in stages if s.track == "backward" and s.backward_features is not None
+              and s.id in with_backward and s.runs_on(capability)]
+    fitting = [s for s in usable if needed <= s.backward_features]
+    if fitting:
+        return fitting[-1]
+    cc_text = "%d.%d" % tuple(capability[:2])
+    without = ("compute it without gradients (under torch.no_grad() or torch.inference_mode(), or on detached "
+               "inputs)")
+    if not usable:
+        raise NotImplementedError("no backward pass: the library has no backward-track stage that runs on compute "
+                                  "capability %s; %s" % (cc_text, without))
+    reasons = reasons or {}
+    wanted = ", ".join("%s (%s)" % (f, reasons[f]) if f in reasons else f for f in sorted(needed))
+    declared = "; ".join("%s: %s" % (s.id, _feature_list(s.backward_features)) for s in usable)
+    raise NotImplementedError("the gradient of this call needs the backward feature%s %s, and no backward stage of the "
+                              "library that runs on compute capability %s declares %s (%s); %s"
+                              % ("s" if len(needed) > 1 else "", wanted, cc_text,
+                                 "them all" if len(needed) > 1 else "it", declared, without))

@@ -13,7 +13,8 @@ None) back (transformers/integrations/sdpa_attention.py has the same contract). 
 
 What the kernels cannot do is refused with NotImplementedError, never computed wrongly: padding
 masks, sliding windows and other masks beyond causal or full attention, static (preallocated)
-caches, dropout, soft-capping, attention sinks.
+caches, dropout, soft-capping, attention sinks. The attention is differentiable as
+flash_stages.attention() is, so a model trains through it (with attention dropout 0).
 """
 
 import torch
@@ -88,8 +89,10 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     """The attention of one layer. query [batch, heads, seq_q, head_dim], key and value [batch,
     kv_heads, seq_kv, head_dim]; returns ([batch, seq_q, heads, head_dim], None)."""
     if dropout:
-        raise NotImplementedError("fa_stages: attention dropout %s (is the model in training mode?): the kernels have "
-                                  "no dropout; call model.eval()" % dropout)
+        # transformers passes the config's attention dropout in training mode (model.train()).
+        raise NotImplementedError("fa_stages: attention dropout %s: the kernels have no dropout; call model.eval(), "
+                                  "or, to train, build the model with attention dropout 0 (e.g. "
+                                  "GPT2Config(attn_pdrop=0.0), LlamaConfig(attention_dropout=0.0))" % dropout)
     for unsupported, what in (("sliding_window", "sliding-window attention"), ("softcap", "score soft-capping"),
                               ("s_aux", "attention sinks"), ("cu_seq_lens_q", "packed (varlen) sequences")):
         if kwargs.get(unsupported) is not None:
