@@ -51,6 +51,9 @@ Status validate_backward_params(const BackwardParams& p, const StageInfo& stage)
   if (p.causal && (bwd.features & kFeatureCausal) == 0)
     return fail("causal masking is not supported by this stage's backward (it does not declare the backward "
                 "feature \"causal\")");
+  if (p.deterministic && (bwd.features & kFeatureDeterministic) == 0)
+    return fail("the deterministic mode is not supported by this stage's backward (it does not declare the "
+                "backward feature \"deterministic\")");
   const TensorView* tensors[8] = {&p.q, &p.k, &p.v, &p.o, &p.d_o, &p.dq, &p.dk, &p.dv};
   const char* names[8] = {"q", "k", "v", "o", "d_o", "dq", "dk", "dv"};
   for (int i = 0; i < 8; ++i) {

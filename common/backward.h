@@ -49,11 +49,16 @@ struct BackwardParams {
   int64_t head_dim = 0;
   float softmax_scale = 0.0f;  // the forward's
   bool causal = false;         // the forward's masking; only with the backward feature "causal"
+  // dQ's sum over the K/V blocks in a fixed order, so that repeated calls give bitwise the same
+  // gradients (FlashAttention's deterministic=True); only with the backward feature "deterministic".
+  // Without it the thread blocks add to dQ with atomics in whatever order they reach them.
+  bool deterministic = false;
 };
 
 // What a stage's backward is. Its fields mirror StageInfo's facts of the kernel; features are
 // declared in the stage's stage.json under "backward": {"features": [...]} (the same names as the
-// forward's: any_length, causal, gqa), independently of the forward's.
+// forward's: any_length, causal, gqa; and the backward's own, deterministic), independently of the
+// forward's.
 struct BackwardInfo {
   unsigned features;  // Feature bits (params.h), of the backward alone
   int block_q;        // query rows per iteration (seq_q must be a multiple, unless any_length)

@@ -40,6 +40,7 @@ extern "C" int fa_capi_launch_backward(const char* stage_name, const FaCapiBackw
   p.dq = fa::capi::view(c->dq, dtype);
   p.dk = fa::capi::view(c->dk, dtype);
   p.dv = fa::capi::view(c->dv, dtype);
+  p.deterministic = c->deterministic != 0;
   // The launcher validates first (validate_backward_params) and launches nothing if that fails.
   return fa::capi::reply(stage->backward->launch(p, static_cast<cudaStream_t>(stream)), message, capacity);
 }

@@ -22,6 +22,7 @@ typedef struct {
   FaCapiTensor dq, dk, dv;       // outputs: q's shape for dq, k's for dk and dv
   int32_t dtype;                 // 0 fp16, 1 bf16 (fa::DType), every tensor's
   int32_t causal;                // 0 or 1: the forward's masking
+  int32_t deterministic;         // 0 or 1: dQ summed in a fixed order (fa::BackwardParams::deterministic)
   int64_t batch, heads, kv_heads, seq_q, seq_kv, head_dim;
   float softmax_scale;           // the forward's
   const float* lse;              // the forward's log-sum-exp, [batch, heads, seq_q] fp32 (required)

@@ -140,6 +140,7 @@ enum Feature : unsigned {
   kFeatureSplitKv = 1u << 5,    // the keys split across thread blocks; AttentionParams::num_splits
   kFeatureSeqlensK = 1u << 6,   // per-sequence key/value lengths; AttentionParams::seqlens_k
   kFeaturePagedKv = 1u << 7,    // a paged KV cache; AttentionParams::block_table
+  kFeatureDeterministic = 1u << 8,  // backward only: dQ summed in a fixed order; BackwardParams::deterministic
 };
 namespace detail {
 constexpr bool same_text(const char* a, const char* b) {
@@ -156,6 +157,7 @@ constexpr unsigned feature_bit(const char* name) {
          : detail::same_text(name, "split_kv")  ? kFeatureSplitKv
          : detail::same_text(name, "seqlens_k") ? kFeatureSeqlensK
          : detail::same_text(name, "paged_kv")  ? kFeaturePagedKv
+         : detail::same_text(name, "deterministic") ? kFeatureDeterministic
                                                 : throw "unknown feature name in stage.json";
 }
 

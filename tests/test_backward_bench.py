@@ -135,6 +135,17 @@ impls = backward_bench.implementations(causal_case, made_up[1:3], ["fa2", "cudnn
 check("causal: a stage whose backward does not declare it is unsupported, the references run (%r)" % impls,
       impls[0][2].startswith("unsupported") and impls[1][2] is None and impls[2] == ("fa2", "reference", None))
 
+with_mode = [fake_stage("backward_01_base", ()), fake_stage("backward_02_det", ("causal", "deterministic"))]
+impls = backward_bench.implementations(causal_case, with_mode, [], deterministic=True)
+check("--deterministic both: a second row for the stage that declares the mode, none for the other (%r)" % impls,
+      [n for n, _, _ in impls] == ["backward_01_base", "backward_02_det", "backward_02_det+deterministic"]
+      and impls[2][2] is None)
+check("the implementation name gives the stage and its mode",
+      backward_bench.stage_and_mode("backward_02_det+deterministic") == ("backward_02_det", True)
+      and backward_bench.stage_and_mode("backward_02_det") == ("backward_02_det", False))
+check("without --deterministic, no second row",
+      len(backward_bench.implementations(causal_case, with_mode, [])) == 2)
+
 # --- dry run (the tree's own declarations) -------------------------------------------------------
 declared = [s.name for s in stages.all_stages() if s.backward_features is not None]
 out = io.StringIO()

@@ -5,7 +5,7 @@
 // of the same backward computed in the input dtype, per batch and head), on both dtypes and head
 // dims, batch and heads > 1 with distinct data, seq_q != seq_kv both ways, one tensor layout per
 // tensor, and large scores; the features a stage's backward declares (any length, causal, GQA) on
-// shapes of their own. Every output buffer is poisoned (0xFF bytes) before the launch, so an
+// shapes of their own, and the deterministic mode's repeatability (bit for bit over three runs). Every output buffer is poisoned (0xFF bytes) before the launch, so an
 // element the backward never wrote fails, and so does a write into a gap between rows. A call the
 // backward's validation rejects must launch nothing: the outputs keep their poison. Without a GPU
 // this program exits with 77 (skipped).
@@ -274,6 +274,62 @@ TEST_CASE("backward gqa: dK and dV summed over the query heads of a group (GQA a
                       {2, 6, 3, 150, 70, true}});
 }
 
+TEST_CASE("backward deterministic: bitwise the same dQ, dK, dV on every run, and correct", "[gpu][backward]") {
+  // Many K/V blocks per query block (so that many thread blocks add to the same dQ rows), GQA, a
+  // length that is not a tile multiple, with and without causal; three runs, compared bit for bit.
+  const std::vector<const StageInfo*> stages = backward_stages_with(fa::kFeatureDeterministic);
+  REQUIRE_FALSE(stages.empty());
+  for (const StageInfo* stage : stages)
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+      for (int head_dim : {64, 128}) {
+        if (!backward_supports(*stage, dtype, head_dim)) continue;
+        for (bool causal : {false, true}) {
+          ProblemConfig config = shape(2, 4, 1000, 1000, dtype, head_dim);
+          config.kv_heads = (stage->backward->features & fa::kFeatureGqa) != 0 ? 2 : 4;
+          config.causal = causal;
+          Problem problem(config);
+          INFO("stage " << stage->name << " | " << describe(problem.config()));
+          REQUIRE(stage->launch(problem.params(), nullptr).ok());
+          FA_CUDA_CHECK(cudaDeviceSynchronize());
+          GradientBuffers g(problem, fa::LayoutKind::kContiguous, fa::LayoutKind::kContiguous, config.seed + 7);
+          fa::BackwardParams p = backward_params(problem, g);
+          p.deterministic = true;
+          std::vector<HostTensor> first;
+          for (int run = 0; run < 3; ++run) {
+            g.poison();
+            const fa::Status s = stage->backward->launch(p, nullptr);
+            INFO("run " << run << ": " << s.message);
+            REQUIRE(s.ok());
+            FA_CUDA_CHECK(cudaDeviceSynchronize());
+            const HostTensor runs[3] = {g.dq.download(), g.dk.download(), g.dv.download()};
+            if (run == 0) {
+              first.assign(runs, runs + 3);
+              continue;
+            }
+            for (int t = 0; t < 3; ++t) {
+              INFO("tensor " << "qkv"[t] << " of run " << run << " against run 0");
+              CHECK(runs[t].raw == first[t].raw);
+            }
+          }
+          // And the gradients are right (the last run's buffers).
+          const fa::BackwardFp64 ref = fa::reference_backward_fp64(
+              fa::Fp64Tensor::from(problem.host_q()), fa::Fp64Tensor::from(problem.host_k()),
+              fa::Fp64Tensor::from(problem.host_v()), fa::Fp64Tensor::from(g.d_o.download()), problem.softmax_scale(),
+              causal);
+          const fa::BackwardLowp baseline =
+              fa::baseline_backward_lowp(problem.host_q(), problem.host_k(), problem.host_v(), problem.o().download(),
+                                         g.d_o.download(), problem.softmax_scale(), causal);
+          const fa::CheckResult dq = fa::check_gradient("dq", ref.dq, baseline.dq, first[0]);
+          const fa::CheckResult dk = fa::check_gradient("dk", ref.dk, baseline.dk, first[1]);
+          const fa::CheckResult dv = fa::check_gradient("dv", ref.dv, baseline.dv, first[2]);
+          INFO("dq: " << dq.summary() << " | dk: " << dk.summary() << " | dv: " << dv.summary());
+          CHECK(dq.passed);
+          CHECK(dk.passed);
+          CHECK(dv.passed);
+        }
+      }
+}
+
 TEST_CASE("backward: a rejected call launches nothing (the outputs keep their poison)", "[gpu][backward]") {
   for (const StageInfo* stage : backward_stages()) {
     const fa::BackwardInfo& bwd = *stage->backward;
@@ -301,6 +357,9 @@ TEST_CASE("backward: a rejected call launches nothing (the outputs keep their po
     p = backward_params(problem, g);
     p.causal = true;
     if ((bwd.features & fa::kFeatureCausal) == 0) expect_rejected("causal", p);
+    p = backward_params(problem, g);
+    p.deterministic = true;
+    if ((bwd.features & fa::kFeatureDeterministic) == 0) expect_rejected("deterministic", p);
     p = backward_params(problem, g);
     p.kv_heads = 1;  // heads is 2: one key/value head for both
     if ((bwd.features & fa::kFeatureGqa) == 0) expect_rejected("kv_heads < heads", p);

@@ -10,8 +10,10 @@ exception with a message that names the problem; so do the checks of a call that
 differentiated. The stage choice (flash_stages/_stages.py) is checked against the declarations, for
 each kind of GPU, and the choice of the backward stage against a stand-in catalogue. With the
 library's path, loading it and calls the launchers reject (no GPU needed: validation comes before
-any launch) are checked too; a missing or broken library must give a clear error either way. Exit 0
-if all hold, 1 otherwise.
+any launch) are checked too; a missing or broken library must give a clear error either way. Where
+PyTorch happens to be installed (it is not needed), the custom ops and their autograd formula run on
+CPU tensors against a stand-in library, which records what each launch gets (deterministic=True
+reaching the backward's struct). Exit 0 if all hold, 1 otherwise.
 """
 
 import sys
@@ -274,6 +276,23 @@ def test_gradient_checks():
           "seq 100/130, causal, GQA 8/2: any_length, causal and gqa, each with its reason: %s" % needs)
     needs = _checks.backward_needs(_checks.check_attention(*qkv(seq_q=64, seq_kv=100)))
     check(set(needs) == {"any_length"}, "seq_kv 100 alone not a multiple of 64: any_length")
+    needs = _checks.backward_needs(_checks.check_attention(*qkv(seq_q=128, seq_kv=192)), deterministic=True)
+    check(set(needs) == {"deterministic"} and needs["deterministic"].startswith("deterministic=True"),
+          "deterministic=True: the backward needs the feature deterministic, with its reason: %s" % needs)
+    needs = _checks.backward_needs(_checks.check_attention(*qkv(kv_heads=2), causal=True), deterministic=True)
+    check(set(needs) == {"any_length", "causal", "gqa", "deterministic"},
+          "deterministic=True beside the others: %s" % sorted(needs))
+
+    # The backward's struct, from stand-ins: what the C interface gets, deterministic included.
+    call = _checks.check_attention(*qkv(kv_heads=2), causal=True, return_lse=True)
+    grads = [Tensor(t.shape, data_ptr=0x40000 + 0x1000 * i) for i, t in enumerate(qkv(kv_heads=2))]
+    parts = list(qkv(kv_heads=2)) + [Tensor(call.o_shape), Tensor(call.o_shape)] + grads
+    lse = Tensor(call.lse_shape, dtype="torch.float32", data_ptr=0x30000)
+    params = _library.backward_params(call, *parts, lse, deterministic=True)
+    check(params.deterministic == 1 and params.causal == 1 and (params.heads, params.kv_heads) == (8, 2)
+          and params.lse == 0x30000 and params.dk.data == 0x41000 and params.lse_head_stride == 100,
+          "backward_params(deterministic=True): FaCapiBackwardParams.deterministic 1, the other fields the call's")
+    check(_library.backward_params(call, *parts, lse).deterministic == 0, "backward_params by default: deterministic 0")
 
     # The gradient autograd hands over: read as it is where the kernels can, else copied.
     b, s, h, d = 2, 77, 12, 64
@@ -366,6 +385,72 @@ def test_backward_choice():
     got = _stages.choose_backward(frozenset(), (8, 0), [s.id for s in real]).id
     check(got == backward[-1].id, "the real catalogue, lengths multiples of 64: %s, the last backward stage" % got)
 
+    # The deterministic mode: a backward feature like the others, which only a stage that declares it has.
+    with_mode = catalogue + [standin_stage("backward_08_deterministic", ["any_length", "causal", "gqa",
+                                                                         "deterministic"])]
+    every = [s.id for s in with_mode]
+
+    def pick_det(needed, capability=(8, 0), built=every, stages=with_mode):
+        return _stages.choose_backward(frozenset(needed), capability, built, stages=stages,
+                                       reasons={"deterministic": "deterministic=True: dQ summed in a fixed order"}).id
+
+    check(pick_det(["deterministic"]) == "backward_08_deterministic",
+          "deterministic: the stage that declares it (backward_08_deterministic)")
+    check(pick_det(["deterministic", "causal", "gqa", "any_length"], capability=(9, 0)) == "backward_08_deterministic",
+          "deterministic, causal, GQA, any length on 9.0: the stage that declares them all")
+    check(pick_det([]) == "backward_08_deterministic",
+          "no feature needed: the last backward stage, which declares deterministic too (run without the mode)")
+    check(pick_det(["deterministic"], built=every[:-1] + ["backward_08_deterministic"]) == "backward_08_deterministic",
+          "the stage with the mode is taken wherever it is built")
+    check(raises(NotImplementedError, "needs the backward feature deterministic (deterministic=True: dQ summed in "
+                                      "a fixed order)", pick_det, ["deterministic"], stages=catalogue,
+                 built=[s.id for s in catalogue]),
+          "deterministic, no stage declares it: refused, the feature and its reason named")
+    check(raises(NotImplementedError, "pass deterministic=False", pick_det, ["deterministic", "causal"],
+                 stages=catalogue, built=[s.id for s in catalogue]),
+          "the refusal says deterministic=False would do")
+    check(raises(NotImplementedError, "backward_06_gqa: any_length, causal, gqa", pick_det, ["deterministic"],
+                 built=every[:-1]),
+          "a library built without the deterministic stage: refused, with what each backward stage declares")
+
+    # pick_backward_stage(deterministic=...), against a stand-in library (capability given: no PyTorch).
+    real_ids = tuple(s.id for s in real)
+    with_det = [s.id for s in backward if "deterministic" in s.backward_features and s.runs_on((8, 0))]
+    saved_load = _library.load
+    try:
+        _library.load = lambda: Standin(real_ids, [s.id for s in backward])
+        if with_det:
+            got = flash_stages.pick_backward_stage(deterministic=True, causal=True, gqa=True, any_length=True,
+                                                   capability=(8, 0))
+            check(got == with_det[-1], "pick_backward_stage(deterministic=True) on 8.0: %s, the last stage that "
+                                       "declares it" % got)
+        else:
+            print("(no stage of the catalogue declares the backward feature deterministic)")
+        without = [s.id for s in backward if "deterministic" not in s.backward_features]
+        _library.load = lambda: Standin(real_ids, without)
+        check(raises(NotImplementedError, "needs the backward feature deterministic",
+                     flash_stages.pick_backward_stage, deterministic=True, capability=(8, 0)),
+              "pick_backward_stage(deterministic=True), a library without such a stage: refused, naming it")
+    finally:
+        _library.load = saved_load
+
+
+class Standin:
+    """What the package reads of the library (_library.Library): its stages, and those whose
+    backward it has; the launches are recorded, not made."""
+
+    def __init__(self, stage_ids, backward_stage_ids):
+        self.stage_ids, self.backward_stage_ids = tuple(stage_ids), tuple(backward_stage_ids)
+        self.launches, self.backward_launches = [], []
+
+    def launch(self, stage_id, params, stream):
+        self.launches.append(stage_id)
+
+    def launch_backward(self, stage_id, params, stream):
+        # A copy of what matters here: the struct lives in the caller's frame.
+        self.backward_launches.append(dict(stage=stage_id, deterministic=params.deterministic, causal=params.causal,
+                                           heads=params.heads, kv_heads=params.kv_heads, seq_q=params.seq_q))
+
 
 def test_stage_choice():
     catalogue = _stages.catalogue()
@@ -423,6 +508,85 @@ def test_stage_choice():
                  requested=last_of("hopper", frozenset())), "a stage the library lacks, named: refused")
 
 
+def test_ops_with_standin_library():
+    """With PyTorch installed (optional: the rest of this file needs none), the custom ops and their
+    autograd formula on CPU tensors, with the CUDA queries and the library replaced by stand-ins: that
+    flash_attn_func(deterministic=True) reaches FaCapiBackwardParams.deterministic through the
+    forward op, the autograd context and the backward op, and picks a stage that declares the mode;
+    that a library without one refuses it before the forward's launch; and that without gradients it
+    is accepted and changes nothing."""
+    try:
+        import contextlib
+        import types
+
+        import torch
+    except ImportError:
+        print("(no PyTorch: the custom ops' arguments are not checked with a stand-in library)")
+        return
+    from flash_stages import _ops
+
+    real = _stages.catalogue()
+    backward = [s for s in real if s.backward_features is not None and s.runs_on((8, 0))]
+    with_det = [s.id for s in backward if "deterministic" in s.backward_features]
+    ids = [s.id for s in real]
+    patches = [(_checks, "_check_cuda", lambda name, t: None),  # CPU tensors stand in for CUDA ones
+               (torch.cuda, "get_device_capability", lambda *a, **k: (8, 0)),
+               (torch.cuda, "device", lambda *a, **k: contextlib.nullcontext()),
+               (torch.cuda, "current_stream", lambda *a, **k: types.SimpleNamespace(cuda_stream=0))]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches] + [(_library, "load", _library.load)]
+
+    def use(library):
+        _library.load = lambda: library
+        _ops._choices.clear()  # keyed by capability and features, not by library
+        _ops._backward_choices.clear()
+        return library
+
+    def inputs(requires_grad):
+        q = torch.randn(2, 100, 4, 64, dtype=torch.float16)
+        k, v = torch.randn(2, 100, 2, 64, dtype=torch.float16), torch.randn(2, 100, 2, 64, dtype=torch.float16)
+        return [t.requires_grad_(requires_grad) for t in (q, k, v)]
+
+    try:
+        for module, name, value in patches:
+            setattr(module, name, value)
+        if with_det:
+            lib = use(Standin(ids, [s.id for s in backward]))
+            leaves = inputs(True)
+            o = flash_stages.flash_attn_func(*leaves, causal=True, deterministic=True)
+            torch.autograd.grad(o, leaves, torch.ones_like(o))
+            got = lib.backward_launches[-1] if lib.backward_launches else {}
+            check(got.get("deterministic") == 1 and got.get("stage") == with_det[-1] and got.get("causal") == 1
+                  and (got.get("heads"), got.get("kv_heads"), got.get("seq_q")) == (4, 2, 100),
+                  "flash_attn_func(deterministic=True), differentiated: the backward of %s with deterministic=1 "
+                  "(%s)" % (with_det[-1], got))
+            o = flash_stages.attention(*leaves, causal=True)
+            torch.autograd.grad(o, leaves, torch.ones_like(o))
+            check(lib.backward_launches[-1]["deterministic"] == 0, "attention() by default: deterministic=0")
+            o = flash_stages.attention(*leaves, causal=True, deterministic=True)
+            torch.autograd.grad(o, leaves, torch.ones_like(o))
+            check(lib.backward_launches[-1]["deterministic"] == 1, "attention(deterministic=True): deterministic=1")
+        else:
+            print("(no stage of the catalogue declares the backward feature deterministic)")
+
+        lib = use(Standin(ids, [s.id for s in backward if "deterministic" not in s.backward_features]))
+        check(raises(NotImplementedError, "deterministic (deterministic=True: dQ summed in a fixed order)",
+                     lambda: flash_stages.flash_attn_func(*inputs(True), causal=True, deterministic=True))
+              and not lib.launches,
+              "flash_attn_func(deterministic=True) with grad, no backward stage with the mode: NotImplementedError "
+              "naming it, before the forward's launch")
+        o = flash_stages.flash_attn_func(*inputs(False), causal=True, deterministic=True)
+        check(tuple(o.shape) == (2, 100, 4, 64) and len(lib.launches) == 1 and not lib.backward_launches,
+              "flash_attn_func(deterministic=True) without grad: accepted, the forward alone, as before")
+        with torch.no_grad():
+            flash_stages.flash_attn_func(*inputs(True), causal=True, deterministic=True)
+        check(len(lib.launches) == 2, "deterministic=True on inputs that require grad, under torch.no_grad(): accepted")
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+        _ops._choices.clear()
+        _ops._backward_choices.clear()
+
+
 def test_library(path):
     with tempfile.TemporaryDirectory() as tmp:
         missing = Path(tmp) / "libfa_capi.so"
@@ -470,6 +634,26 @@ def test_library(path):
     check(raises(_library.LaunchError, "has no backward pass", lib.launch_backward, lib.stage_ids[0], backward, 0),
           "the backward of a stage without one: LaunchError")
 
+    # deterministic = 1 reaches the launcher's validation (the field at its offset): a backward that
+    # does not declare the mode refuses it; one that does goes on to the next check, here a null LSE,
+    # so that nothing is launched either way.
+    by_id = {s.id: s for s in _stages.catalogue()}
+    with_mode = [i for i in lib.backward_stage_ids if "deterministic" in by_id[i].backward_features]
+    without_mode = [i for i in lib.backward_stage_ids if "deterministic" not in by_id[i].backward_features]
+    backward.kv_heads, backward.deterministic = 4, 1
+    if without_mode:
+        check(raises(_library.LaunchError, "does not declare the backward feature \"deterministic\"",
+                     lib.launch_backward, without_mode[-1], backward, 0),
+              "deterministic=1 for %s, whose backward does not declare it: the launcher's LaunchError"
+              % without_mode[-1])
+    if with_mode:
+        backward.lse = None
+        check(raises(_library.LaunchError, "lse is a null pointer", lib.launch_backward, with_mode[-1], backward, 0),
+              "deterministic=1 for %s, which declares it: accepted, validation goes on (to the null LSE)"
+              % with_mode[-1])
+    else:
+        print("(the library has no backward stage with the feature deterministic)")
+
 
 def main():
     test_good_calls()
@@ -479,6 +663,7 @@ def main():
     test_gradient_checks()
     test_backward_choice()
     test_stage_choice()
+    test_ops_with_standin_library()
     test_library(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")
     return 1 if failures else 0

@@ -18,9 +18,11 @@ names): dQ, dK and dV against fp64 autograd of plain attention, each within twic
 same gradient computed by PyTorch's autograd in the inputs' dtype (common/checker.h's
 check_gradient rule, per tensor), for fp16 and bf16, head_dim 64 and 128, causal or not, seq_q !=
 seq_kv, lengths that are not multiples of 64, GQA and MQA; the backward on a non-default stream;
-torch.compile of a loss, differentiated; and directional derivatives against finite differences of
-the fp64 reference (test_directional_derivative says why not torch.autograd.gradcheck). A case that
-needs a backward feature that no stage of the library declares is reported skipped, with the reason.
+torch.compile of a loss, differentiated; directional derivatives against finite differences of
+the fp64 reference (test_directional_derivative says why not torch.autograd.gradcheck); and
+flash_attn_func(deterministic=True): three backward runs give bitwise the same dQ, dK and dV, at a
+shape with many K/V blocks adding to each query block's dQ. A case that needs a backward feature
+that no stage of the library declares is reported skipped, with the reason.
 
 Exit 0 if all hold (some may be skipped), 1 otherwise, 77 (skipped) without PyTorch or a CUDA GPU.
 """
@@ -172,11 +174,12 @@ def close_gradients(what, got, q, k, v, d_o, causal=False):
     check(ok, "%s: %s" % (what, "; ".join(parts)))
 
 
-def backward_stage(what, causal=False, gqa=False, any_length=False):
+def backward_stage(what, causal=False, gqa=False, any_length=False, deterministic=False):
     """The stage that computes the gradients of such a call, or None, reporting `what` skipped, where no
     backward stage of the library declares what it needs."""
     try:
-        return flash_stages.pick_backward_stage(causal=causal, gqa=gqa, any_length=any_length)
+        return flash_stages.pick_backward_stage(causal=causal, gqa=gqa, any_length=any_length,
+                                                deterministic=deterministic)
     except NotImplementedError as e:
         skip(what, str(e))
         return None
@@ -312,6 +315,9 @@ def test_flash_attn_func():
     alibi = torch.rand(8, device=DEVICE) * 0.1
     check(torch.equal(flash_attn_func(q, k, v, causal=True), attention(q, k, v, causal=True)),
           "flash_attn_func(causal=True) is attention(causal=True)")
+    check(torch.equal(flash_attn_func(q, k, v, causal=True, deterministic=True), attention(q, k, v, causal=True)),
+          "flash_attn_func(deterministic=True) without gradients: accepted, the same output (the forward is "
+          "deterministic anyway)")
     out = flash_attn_func(q, k, v, 0.0, 0.2, False, (-1, -1), 0.0, alibi, True, False)  # FA2's positional order
     close("flash_attn_func with FlashAttention-2's positional arguments (scale 0.2, ALiBi)", out, q, k, v, False, 0.2,
           alibi)
@@ -538,6 +544,37 @@ def test_directional_derivative():
               % (what, stage, max(errors["ours"]), max(errors["low"]), tol, largest))
 
 
+def test_deterministic_gradients():
+    """flash_attn_func(deterministic=True): a backward stage with the deterministic mode, whose dQ is
+    summed over the K/V blocks in a fixed order, so that three backward runs on the same inputs give
+    bitwise the same q.grad, k.grad and v.grad (torch.equal), and gradients as accurate as the default
+    mode's (close_gradients). Seq 1000 with GQA 4/2 (as tests/test_gpu_backward.cpp's "backward
+    deterministic" cases): 8 K/V blocks of 128 keys, the last one partial, add to every query block's
+    dQ rows (without causal), where the default mode's atomics race."""
+    b, seq, heads, kv_heads = 2, 1000, 4, 2
+    for dtype in (torch.float16, torch.bfloat16):
+        for d in (64, 128):
+            for causal in (False, True):
+                what = "deterministic=True, %s d%d, %sGQA %d/%d, seq %d" % (
+                    "fp16" if dtype == torch.float16 else "bf16", d, "causal, " if causal else "", heads, kv_heads,
+                    seq)
+                stage = backward_stage(what, causal=causal, gqa=True, any_length=True, deterministic=True)
+                if stage is None:
+                    continue
+                q, k, v = randn(b, seq, heads, d, dtype=dtype), randn(b, seq, kv_heads, d, dtype=dtype), \
+                    randn(b, seq, kv_heads, d, dtype=dtype)
+                d_o = randn(b, seq, heads, d, dtype=dtype)
+                runs = []
+                for _ in range(3):
+                    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+                    flash_attn_func(*leaves, causal=causal, deterministic=True).backward(d_o)
+                    runs.append([t.grad for t in leaves])
+                same = [all(torch.equal(runs[0][i], run[i]) for run in runs[1:]) for i in range(3)]  # dq, dk, dv
+                check(all(same), "%s [%s]: three backward runs bitwise equal (dq %s, dk %s, dv %s)"
+                      % ((what, stage) + tuple("same" if x else "DIFFERENT" for x in same)))
+                close_gradients("%s [%s]: the gradients" % (what, stage), runs[0], q, k, v, d_o, causal)
+
+
 def test_errors():
     q = randn(2, 64, 4, 64)
     cases = [
@@ -563,8 +600,6 @@ def test_errors():
         ("flash_attn_with_kvcache with cache_seqlens, q requiring grad", NotImplementedError,
          "cache_seqlens with inputs that require grad",
          lambda: flash_stages.flash_attn_with_kvcache(q.clone().requires_grad_(), q, q, cache_seqlens=10)),
-        ("flash_attn_func(deterministic=True) with inputs that require grad", NotImplementedError,
-         "deterministic=True", lambda: flash_attn_func(q.clone().requires_grad_(), q, q, deterministic=True)),
         ("a stage without causal, named", ValueError, "does not support causal",
          lambda: attention(q, q, q, causal=True, stage="ampere_01")),
         ("a length a stage without any_length does not take", ValueError, "not a multiple of the block size",
@@ -583,6 +618,12 @@ def test_errors():
                       "library computes", NotImplementedError, "needs the backward feature",
                       lambda: attention(randn(1, 100, 4, 64).requires_grad_(), randn(1, 100, 2, 64),
                                         randn(1, 100, 2, 64), causal=True)))
+    try:
+        flash_stages.pick_backward_stage(deterministic=True)
+    except NotImplementedError:  # a library without the deterministic mode: deterministic=True with grad is refused
+        cases.append(("flash_attn_func(deterministic=True) with inputs that require grad, no backward stage with "
+                      "the mode", NotImplementedError, "deterministic (deterministic=True",
+                      lambda: flash_attn_func(q.clone().requires_grad_(), q, q, deterministic=True)))
     for what, exception, needle, fn in cases:
         check(raises(exception, needle, fn), "%s -> %s" % (what, exception.__name__))
     with torch.no_grad():
@@ -603,7 +644,7 @@ def main():
     torch.manual_seed(0)
     for test in (test_features, test_views, test_stream, test_compile, test_every_stage, test_flash_attn_func,
                  test_kvcache, test_gradients, test_backward_stream, test_compile_backward, test_directional_derivative,
-                 test_errors):
+                 test_deterministic_gradients, test_errors):
         print("--- %s" % test.__name__, flush=True)
         try:
             test()

@@ -15,6 +15,8 @@ shuffled afresh each round, each launch between its own pair of CUDA events):
                stage's own forward with the LSE (fa_capi_launch, untimed), then ONLY its backward
                call (fa_capi_launch_backward, common/c_api_backward.h) is timed. Causal cases only
                for a stage whose backward declares "causal"; others get a row 'unsupported: ...'.
+               With --deterministic both, a stage whose backward declares "deterministic" runs a
+               second time in its deterministic mode, as the implementation <stage>+deterministic.
   fa2, cudnn   torch.nn.functional.scaled_dot_product_attention under sdpa_kernel(FLASH_ATTENTION)
                and sdpa_kernel(CUDNN_ATTENTION) on [B, H, S, D] views of the same inputs, which
                require grad: the forward runs once, untimed, keeping its graph; the timed call is
@@ -72,6 +74,7 @@ from cli_util import (REPO, cuda_torch, fmt_duration, git_revision, k_int_list, 
 
 DEFAULT_OUT_DIR = os.path.join(REPO, "plots", "results")
 REFERENCES = ("fa2", "cudnn")
+DETERMINISTIC_SUFFIX = "+deterministic"  # the implementation name of a stage's deterministic mode
 HEAD_DIMS = (64, 128)
 TOLERANCE_FACTOR = 2.0
 TOLERANCE_EPSILON = 1e-5
@@ -118,6 +121,9 @@ def parse_args(argv):
                    help="seq_q = seq_kv (default 1024,2048,4096,8192)")
     p.add_argument("--batch", type=int, default=16, help="default 16")
     p.add_argument("--heads", type=int, default=32, help="default 32")
+    p.add_argument("--deterministic", choices=("off", "both"), default="off",
+                   help="both: also time the deterministic mode of the stages that have one, as <stage>%s "
+                        "(default off)" % DETERMINISTIC_SUFFIX)
     p.add_argument("--causal", choices=("off", "on", "both"), default="both",
                    help="without the causal mask, with it, or both (default both; causal rows time the references "
                         "and the stages whose backward declares causal)")
@@ -191,10 +197,21 @@ def unsupported(stage, case):
     return None
 
 
-def implementations(case, stage_list, reference_list):
-    """[(name, kind, why not or None)] of one case."""
+def implementations(case, stage_list, reference_list, deterministic=False):
+    """[(name, kind, why not or None)] of one case; with deterministic, also <stage>+deterministic for
+    every stage whose backward declares "deterministic"."""
     out = [(s.name, "stage", unsupported(s, case)) for s in stage_list]
+    if deterministic:
+        out += [(s.name + DETERMINISTIC_SUFFIX, "stage", unsupported(s, case)) for s in stage_list
+                if "deterministic" in s.backward_features]
     return out + [(r, "reference", None) for r in reference_list]
+
+
+def stage_and_mode(name):
+    """(the stage's id, True for its deterministic mode) of an implementation name."""
+    if name.endswith(DETERMINISTIC_SUFFIX):
+        return name[:-len(DETERMINISTIC_SUFFIX)], True
+    return name, False
 
 
 def check_flops(case):
@@ -220,7 +237,7 @@ def plan(args, stage_list):
     """[(case, impls, estimated seconds)] and the total estimated seconds."""
     out, total = [], STARTUP_S
     for case in args.cases:
-        impls = implementations(case, stage_list, args.reference_list)
+        impls = implementations(case, stage_list, args.reference_list, args.deterministic == "both")
         seconds = estimate_case_seconds(case, impls, args)
         total += seconds
         out.append((case, impls, seconds))
@@ -289,14 +306,14 @@ class BackwardLib:
     tensor = staticmethod(FaCapi.tensor)  # a [B, S, H, D] tensor as FaCapiTensor
 
     @staticmethod
-    def params(q, k, v, o, d_o, dq, dk, dv, lse, causal, softmax_scale):
+    def params(q, k, v, o, d_o, dq, dk, dv, lse, causal, softmax_scale, deterministic=False):
         """q, o, d_o, dq [B, S, H, D]; k, v, dk, dv [B, S, KVH, D]; lse [B, H, S] fp32 (the forward's)."""
         t = BackwardLib.tensor
         dtype = 1 if "bfloat16" in str(q.dtype) else 0  # the caller gives fp16 or bf16
         batch, seq_q, heads, head_dim = q.shape
         return FaCapiBackwardParams(
             q=t(q), k=t(k), v=t(v), o=t(o), d_o=t(d_o), dq=t(dq), dk=t(dk), dv=t(dv), dtype=dtype,
-            causal=1 if causal else 0, batch=batch, heads=heads, kv_heads=k.shape[2], seq_q=seq_q,
+            causal=1 if causal else 0, deterministic=1 if deterministic else 0, batch=batch, heads=heads, kv_heads=k.shape[2], seq_q=seq_q,
             seq_kv=k.shape[1], head_dim=head_dim, softmax_scale=softmax_scale, lse=lse.data_ptr(),
             lse_batch_stride=lse.stride(0), lse_head_stride=lse.stride(1))
 
@@ -430,24 +447,25 @@ def measure_case(torch, lib, bwd, args, case, stage_list, stream, before_launch)
     expected = expected_gradients(torch, q, k, v, d_o, case, args)
     scale = 1.0 / math.sqrt(case.head_dim)
     entries = []  # (name, kind, launch or None, status, max_abs_err, err/tol)
-    for name, kind, why in implementations(case, stage_list, []):
+    for name, kind, why in implementations(case, stage_list, [], args.deterministic == "both"):
         if why:
             entries.append((name, kind, None, why, None, None))
             continue
+        stage, deterministic = stage_and_mode(name)
         try:
-            o, lse = stage_forward(torch, lib, name, q, k, v, case, stream)
+            o, lse = stage_forward(torch, lib, stage, q, k, v, case, stream)
             grads = [torch.empty_like(t) for t in (q, k, v)]
             for g in grads:
                 g.view(torch.int16).fill_(-1)  # 0xFFFF: NaN in fp16 and bf16, never a result
-            params = bwd.params(q, k, v, o, d_o, *grads, lse, case.causal, scale)
-            bwd.launch(name, params, stream)
+            params = bwd.params(q, k, v, o, d_o, *grads, lse, case.causal, scale, deterministic)
+            bwd.launch(stage, params, stream)
             torch.cuda.synchronize()
         except (FaCapiError, BackwardError) as e:
             entries.append((name, kind, None, "ERROR: " + ref.clean(str(e)), None, None))
             continue
         passed, err, ratio, summary = check_gradients(torch, expected, *grads)
 
-        def launch(s=name, p=params, keep=(o, lse, grads)):  # keeps its tensors alive
+        def launch(s=stage, p=params, keep=(o, lse, grads)):  # keeps its tensors alive
             bwd.launch(s, p, stream)
         entries.append((name, kind, launch if passed else None, "PASS" if passed else "FAIL: " + summary, err, ratio))
     backends = ref.sdpa_backend_enums(torch, args.reference_list)

@@ -48,10 +48,11 @@ def pick_stage(*, causal=False, gqa=False, lse=False, alibi=False, capability=No
     return _stages.choose(frozenset(needed), tuple(capability), _library.load().stage_ids).id
 
 
-def pick_backward_stage(*, causal=False, gqa=False, any_length=False, capability=None) -> str:
+def pick_backward_stage(*, causal=False, gqa=False, any_length=False, deterministic=False, capability=None) -> str:
     """The id of the stage whose backward pass computes the gradients of a call with these needs on a
     GPU of this compute capability (default: the current CUDA device's, which needs PyTorch):
-    any_length for seq_q or seq_kv not a multiple of 64, gqa for fewer KV heads than query heads.
+    any_length for seq_q or seq_kv not a multiple of 64, gqa for fewer KV heads than query heads,
+    deterministic for flash_attn_func(deterministic=True) (a backward with the deterministic mode).
     NotImplementedError, saying what is missing, where no backward stage of the library takes it."""
     from . import _library, _stages
 
@@ -59,7 +60,8 @@ def pick_backward_stage(*, causal=False, gqa=False, any_length=False, capability
         import torch
 
         capability = torch.cuda.get_device_capability()
-    needed = {name for name, wanted in (("causal", causal), ("gqa", gqa), ("any_length", any_length)) if wanted}
+    needed = {name for name, wanted in (("causal", causal), ("gqa", gqa), ("any_length", any_length),
+                                        ("deterministic", deterministic)) if wanted}
     return _stages.choose_backward(frozenset(needed), tuple(capability), _library.load().backward_stage_ids).id
 
 

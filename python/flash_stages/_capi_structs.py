@@ -39,7 +39,7 @@ class FaCapiParams(ctypes.Structure):
 class FaCapiBackwardParams(ctypes.Structure):
     _fields_ = [("q", FaCapiTensor), ("k", FaCapiTensor), ("v", FaCapiTensor), ("o", FaCapiTensor),
                 ("d_o", FaCapiTensor), ("dq", FaCapiTensor), ("dk", FaCapiTensor), ("dv", FaCapiTensor),
-                ("dtype", ctypes.c_int32), ("causal", ctypes.c_int32),
+                ("dtype", ctypes.c_int32), ("causal", ctypes.c_int32), ("deterministic", ctypes.c_int32),
                 ("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
                 ("seq_q", ctypes.c_int64), ("seq_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
                 ("softmax_scale", ctypes.c_float),

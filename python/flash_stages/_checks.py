@@ -305,10 +305,12 @@ def check_backward_arguments(**arguments) -> None:
                 % (name, NO_BACKWARD[name]))
 
 
-def backward_needs(call: Call) -> dict:
+def backward_needs(call: Call, deterministic: bool = False) -> dict:
     """The backward features (stage.json's "backward": {"features": [...]}) that the gradient of this
     call needs, each with the reason: {"any_length": "seq_q 100 and seq_kv 130 are not both
-    multiples of 64", ...}."""
+    multiples of 64", ...}. deterministic: the caller asked for bitwise-repeatable gradients
+    (flash_attn_func's deterministic=True), which only a backward with the deterministic mode gives:
+    the others add dQ up with fp32 atomics in whatever order the thread blocks get there."""
     needs = {}
     if call.seq_q % BACKWARD_LENGTH_MULTIPLE or call.seq_kv % BACKWARD_LENGTH_MULTIPLE:
         needs["any_length"] = "seq_q %s and seq_kv %s are not both multiples of %d" % (
@@ -317,6 +319,8 @@ def backward_needs(call: Call) -> dict:
         needs["causal"] = "causal=True"
     if call.kv_heads != call.heads:
         needs["gqa"] = "kv_heads %s < heads %s" % (call.kv_heads, call.heads)
+    if deterministic:
+        needs["deterministic"] = "deterministic=True: dQ summed in a fixed order"
     return needs
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 # FaCapiTensor and FaCapiBackwardParams too: _ops.py reaches the structs through this module.
 from ._capi_structs import DLOPEN_MODE, FaCapiBackwardParams, FaCapiParams, FaCapiTensor  # noqa: F401
+from . import _checks
 from ._stages import REPO
 
 
@@ -99,6 +100,28 @@ class Library:
                                                  len(message))
         if code != 0:
             raise LaunchError(message.value.decode(errors="replace"))  # starts with the stage id
+
+
+def tensor_view(t) -> FaCapiTensor:
+    """A [batch, seq, heads, head_dim] tensor as the C interface takes it: its data pointer and the
+    strides the kernels step by (_checks.kernel_strides). Reads only what a tensor says about itself,
+    so tests/test_python_args.py builds the structs from stand-ins."""
+    batch_stride, seq_stride, head_stride = _checks.kernel_strides(t)
+    return FaCapiTensor(t.data_ptr(), batch_stride, seq_stride, head_stride)
+
+
+def backward_params(call, q, k, v, o, d_o, dq, dk, dv, lse, deterministic: bool = False) -> FaCapiBackwardParams:
+    """The FaCapiBackwardParams of the backward of `call` (a _checks.Call, checked): the forward's q, k,
+    v, o and contiguous fp32 LSE [batch, heads, seq_q], the gradient d_o, the outputs dq, dk, dv; with
+    deterministic, the mode that sums dQ in a fixed order (only a backward that declares the feature
+    "deterministic" accepts it)."""
+    return FaCapiBackwardParams(
+        q=tensor_view(q), k=tensor_view(k), v=tensor_view(v), o=tensor_view(o), d_o=tensor_view(d_o),
+        dq=tensor_view(dq), dk=tensor_view(dk), dv=tensor_view(dv),
+        dtype=_checks.DTYPE_CODES[call.dtype], causal=int(call.causal), deterministic=int(bool(deterministic)),
+        batch=call.batch, heads=call.heads, kv_heads=call.kv_heads, seq_q=call.seq_q, seq_kv=call.seq_kv,
+        head_dim=call.head_dim, softmax_scale=call.softmax_scale,
+        lse=lse.data_ptr(), lse_batch_stride=call.heads * call.seq_q, lse_head_stride=call.seq_q)
 
 
 _loaded = None

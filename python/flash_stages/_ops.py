@@ -36,9 +36,9 @@ def _stage_for(call: _checks.Call, device: torch.device, requested: Optional[str
 _backward_choices: dict = {}
 
 
-def _backward_stage_for(call: _checks.Call, device: torch.device) -> _stages.Stage:
+def _backward_stage_for(call: _checks.Call, device: torch.device, deterministic: bool = False) -> _stages.Stage:
     capability = torch.cuda.get_device_capability(device)
-    needs = _checks.backward_needs(call)
+    needs = _checks.backward_needs(call, deterministic)
     key = (capability, frozenset(needs))
     stage = _backward_choices.get(key)
     if stage is None:
@@ -48,9 +48,7 @@ def _backward_stage_for(call: _checks.Call, device: torch.device) -> _stages.Sta
     return stage
 
 
-def _view(t: torch.Tensor) -> _library.FaCapiTensor:
-    batch_stride, seq_stride, head_stride = _checks.kernel_strides(t)
-    return _library.FaCapiTensor(t.data_ptr(), batch_stride, seq_stride, head_stride)
+_view = _library.tensor_view  # a tensor as FaCapiTensor: its data pointer and the kernels' strides
 
 
 def _kernel_layout(t: torch.Tensor) -> torch.Tensor:
@@ -66,7 +64,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
                   causal: bool, softmax_scale: Optional[float], return_lse: bool,
                   stage: Optional[str], seqlens_k: Optional[torch.Tensor] = None,
                   block_table: Optional[torch.Tensor] = None,
-                  needs_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                  needs_grad: bool = False, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
                                    return_lse=return_lse, seqlens_k=seqlens_k, block_table=block_table)
     _checks.check_alignment(q, k, v)
@@ -74,7 +72,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
         # The call will be differentiated: what no backward stage takes is refused now, before the
         # forward's launch, rather than inside loss.backward() later.
         _checks.check_backward_arguments(alibi_slopes=alibi_slopes, seqlens_k=seqlens_k, block_table=block_table)
-        _backward_stage_for(call, q.device)
+        _backward_stage_for(call, q.device, deterministic)
     chosen = _stage_for(call, q.device, stage)
     # Allocated here, so always contiguous: [batch, seq_q, heads, head_dim] and [batch, heads, seq_q].
     o = torch.empty(call.o_shape, dtype=q.dtype, device=q.device)
@@ -100,7 +98,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
 
 @_attention_op.register_fake
 def _attention_fake(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, seqlens_k=None, block_table=None,
-                    needs_grad=False):
+                    needs_grad=False, deterministic=False):
     # The same checks on torch.compile's fake tensors, so bad input fails at compile time with the same
     # message; the outputs have the shapes, dtype and (contiguous) strides of the real ones. (The
     # backward stage is chosen by the real implementation: that needs the library and the GPU.)
@@ -115,25 +113,22 @@ def _attention_fake(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, st
 
 @torch.library.custom_op("flash_stages::attention_backward", mutates_args=())
 def _attention_backward_op(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                           lse: torch.Tensor, causal: bool,
-                           softmax_scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           lse: torch.Tensor, causal: bool, softmax_scale: Optional[float],
+                           deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of o = attention(q, k, v, causal, softmax_scale), given d_o = dL/do and the forward's
-    o and LSE, by the last backward-track stage that takes the call (_stages.choose_backward)."""
+    o and LSE, by the last backward-track stage that takes the call (_stages.choose_backward); with
+    deterministic, by one whose backward declares "deterministic", in that mode (dQ summed in a fixed
+    order: bitwise the same gradients from every run)."""
     # d_o comes from autograd in any layout; q, k, v and o are the forward's (already readable), unless
     # torch.compile's graph hands them over otherwise.
     d_o, q, k, v, o = (_kernel_layout(t) for t in (d_o, q, k, v, o))
     call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
     _checks.check_backward_tensors(call, o, d_o, lse)
-    chosen = _backward_stage_for(call, q.device)
-    lse = lse.contiguous()  # the forward's buffer, [batch, heads, seq_q]: the strides below
+    chosen = _backward_stage_for(call, q.device, deterministic)
+    lse = lse.contiguous()  # the forward's buffer, [batch, heads, seq_q]: the strides backward_params gives
     # Allocated here, contiguous, in the inputs' shapes: dk and dv of a KV head sum over its query heads.
     dq, dk, dv = (torch.empty(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v))
-    params = _library.FaCapiBackwardParams(
-        q=_view(q), k=_view(k), v=_view(v), o=_view(o), d_o=_view(d_o), dq=_view(dq), dk=_view(dk), dv=_view(dv),
-        dtype=_checks.DTYPE_CODES[call.dtype], causal=int(call.causal),
-        batch=call.batch, heads=call.heads, kv_heads=call.kv_heads, seq_q=call.seq_q, seq_kv=call.seq_kv,
-        head_dim=call.head_dim, softmax_scale=call.softmax_scale,
-        lse=lse.data_ptr(), lse_batch_stride=call.heads * call.seq_q, lse_head_stride=call.seq_q)
+    params = _library.backward_params(call, q, k, v, o, d_o, dq, dk, dv, lse, deterministic)
     # As the forward: on q's device and PyTorch's current stream there, which autograd sets to the
     # stream the forward ran on.
     with torch.cuda.device(q.device):
@@ -142,14 +137,15 @@ def _attention_backward_op(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
 
 
 @_attention_backward_op.register_fake
-def _attention_backward_fake(d_o, q, k, v, o, lse, causal, softmax_scale):
+def _attention_backward_fake(d_o, q, k, v, o, lse, causal, softmax_scale, deterministic=False):
     call = _checks.check_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True)
     _checks.check_backward_tensors(call, o, d_o, lse)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _save_for_backward(ctx, inputs, output):
-    q, k, v, alibi_slopes, causal, softmax_scale, return_lse, _stage, seqlens_k, block_table, _needs_grad = inputs
+    (q, k, v, alibi_slopes, causal, softmax_scale, return_lse, _stage, seqlens_k, block_table, _needs_grad,
+     deterministic) = inputs
     o, lse = output
     # attention() has checked all this before the launch; a caller of the op itself learns it here.
     _checks.check_backward_arguments(alibi_slopes=alibi_slopes, seqlens_k=seqlens_k, block_table=block_table)
@@ -159,29 +155,34 @@ def _save_for_backward(ctx, inputs, output):
     # No gradient flows through the LSE, as in FlashAttention: the backward stages take dL/do alone.
     ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal, ctx.softmax_scale = causal, softmax_scale
+    ctx.causal, ctx.softmax_scale, ctx.deterministic = causal, softmax_scale, deterministic
 
 
 def _attention_grad(ctx, grad_o, _grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.flash_stages.attention_backward(grad_o, q, k, v, o, lse, ctx.causal, ctx.softmax_scale)
-    # The op's other arguments (alibi_slopes, ..., needs_grad) have no gradient.
-    return (dq, dk, dv) + (None,) * 8
+    dq, dk, dv = torch.ops.flash_stages.attention_backward(grad_o, q, k, v, o, lse, ctx.causal, ctx.softmax_scale,
+                                                           ctx.deterministic)
+    # The op's other arguments (alibi_slopes, ..., needs_grad, deterministic) have no gradient.
+    return (dq, dk, dv) + (None,) * 9
 
 
 _attention_op.register_autograd(_attention_grad, setup_context=_save_for_backward)
 
 
-def _attention(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, seqlens_k=None, block_table=None):
+def _attention(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, seqlens_k=None, block_table=None,
+               deterministic=False):
     """The forward op, differentiable where autograd will need its gradients: then it also computes the
-    LSE, which the backward reads, whether the caller asked for it or not."""
+    LSE, which the backward reads, whether the caller asked for it or not, and records deterministic
+    for the backward (the forward itself is deterministic either way)."""
     needs_grad = _checks.needs_grad(torch.is_grad_enabled(), q, k, v, alibi_slopes)
     return torch.ops.flash_stages.attention(q, k, v, alibi_slopes, bool(causal),
                                             None if softmax_scale is None else float(softmax_scale),
-                                            bool(return_lse) or needs_grad, stage, seqlens_k, block_table, needs_grad)
+                                            bool(return_lse) or needs_grad, stage, seqlens_k, block_table, needs_grad,
+                                            bool(deterministic))
 
 
-def attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, return_lse=False, stage=None):
+def attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, return_lse=False, stage=None,
+              deterministic=False):
     """Attention forward, softmax(q k^T * softmax_scale) v, by the kernels of this repository.
 
     q: [batch, seq_q, heads, head_dim]; k, v: [batch, seq_kv, kv_heads, head_dim] (kv_heads dividing
@@ -196,6 +197,11 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, r
     return_lse: also return the log-sum-exp of each row's scores, fp32 [batch, heads, seq_q].
     stage: None picks the fastest stage this GPU runs that supports the call (flash_stages.pick_stage);
     a stage id ("hopper_17_warp_redo", or "hopper_17") runs that stage.
+    deterministic: affects only the gradients (the forward is deterministic anyway): they come from a
+    backward stage with the deterministic mode, which sums dQ in a fixed order, so that repeated calls
+    give bitwise the same q.grad, k.grad and v.grad (without it, dQ's last bits may differ from run to
+    run). Refused, for a call that will be differentiated, where no backward stage of the library
+    declares "deterministic"; without gradients it changes nothing.
 
     Returns o, [batch, seq_q, heads, head_dim] in q's dtype (and lse if return_lse). Launches on
     torch.cuda.current_stream().
@@ -208,7 +214,7 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, alibi_slopes=None, r
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError("%s must be a torch.Tensor, not %s" % (name, type(t).__name__))
-    o, lse = _attention(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage)
+    o, lse = _attention(q, k, v, alibi_slopes, causal, softmax_scale, return_lse, stage, deterministic=deterministic)
     return (o, lse) if return_lse else o
 
 
@@ -217,17 +223,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """FlashAttention-2's flash_attn_func, same arguments and layout, for code written against it.
 
     What the kernels do not do is refused with NotImplementedError, never ignored: dropout_p > 0,
-    a sliding window (window_size other than (-1, -1)), softcap, return_attn_probs, gradients that no
-    backward stage computes (as attention()), and deterministic=True for a call that will be
-    differentiated: the backward stages add dQ up with fp32 atomics, in an order that may change its
-    last bits from one run to the next (FlashAttention's deterministic=False); the forward is
-    deterministic, so deterministic=True is accepted without gradients."""
+    a sliding window (window_size other than (-1, -1)), softcap, return_attn_probs, and gradients that
+    no backward stage computes (as attention()). deterministic=True, for a call that will be
+    differentiated, takes a backward stage with the deterministic mode (dQ summed in a fixed order:
+    bitwise-repeatable gradients), and is refused where the library has none; deterministic=False lets
+    the backward add dQ up with fp32 atomics, whose order may change its last bits from run to run. The
+    forward is deterministic, so without gradients deterministic=True changes nothing."""
     if dropout_p:
         raise NotImplementedError("dropout_p=%r: these kernels have no dropout; pass dropout_p=0.0" % (dropout_p,))
-    if deterministic and _checks.needs_grad(torch.is_grad_enabled(), q, k, v, alibi_slopes):
-        raise NotImplementedError("deterministic=True with inputs that require grad: the backward stages add dQ up "
-                                  "with fp32 atomics, whose order may change its last bits from run to run; pass "
-                                  "deterministic=False")
     if tuple(window_size) != (-1, -1):
         raise NotImplementedError("window_size=%r: these kernels have no sliding-window (local) attention; pass "
                                   "(-1, -1)" % (tuple(window_size),))
@@ -236,7 +239,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     if return_attn_probs:
         raise NotImplementedError("return_attn_probs=True: these kernels never form the attention probabilities; "
                                   "flash_stages.attention(..., return_lse=True) returns the log-sum-exp")
-    return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes)
+    return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, alibi_slopes=alibi_slopes,
+                     deterministic=deterministic)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,

@@ -27,8 +27,8 @@ class Stage:
     features: frozenset    # of "any_length", "causal", "gqa", "lse", "alibi"
     parent: str | None
     # What the stage's backward pass supports (stage.json's "backward": {"features": [...]}: "any_length",
-    # "causal", "gqa"), independently of its forward; None for a stage without one (every stage outside
-    # the backward track).
+    # "causal", "gqa", and the backward's own "deterministic": dQ summed in a fixed order), independently
+    # of its forward; None for a stage without one (every stage outside the backward track).
     backward_features: frozenset | None = None
 
     def runs_on(self, capability: tuple) -> bool:
@@ -133,11 +133,12 @@ def choose(needed: frozenset, capability: tuple, built, requested: str | None = 
 
 def choose_backward(needed: frozenset, capability: tuple, with_backward, stages=None, reasons=None) -> Stage:
     """The stage whose backward pass computes the gradients of a call that needs the backward features
-    `needed` ("any_length", "causal", "gqa") on a GPU of `capability`, among the stages whose backward
-    the library has (`with_backward`, ids): the backward track's last stage that declares them and
-    runs on this GPU, as each track's last stage is its fastest. The forward of the call is chosen on
-    its own (choose()): the backward reads only its output and its LSE, which every stage computes
-    alike.
+    `needed` ("any_length", "causal", "gqa", "deterministic") on a GPU of `capability`, among the
+    stages whose backward the library has (`with_backward`, ids): the backward track's last stage that
+    declares them and runs on this GPU, as each track's last stage is its fastest. (A stage that
+    declares "deterministic" runs its deterministic mode only for a call that needs it: the launch
+    asks for it, FaCapiBackwardParams.deterministic.) The forward of the call is chosen on its own
+    (choose()): the backward reads only its output and its LSE, which every stage computes alike.
 
     No such stage: NotImplementedError naming the features needed (with `reasons`, {feature: why},
     where given) and what the library's backward stages declare."""
@@ -154,6 +155,8 @@ def choose_backward(needed: frozenset, capability: tuple, with_backward, stages=
     if not usable:
         raise NotImplementedError("no backward pass: the library has no backward-track stage that runs on compute "
                                   "capability %s; %s" % (cc_text, without))
+    if "deterministic" in needed:  # the one need the caller can drop
+        without = "pass deterministic=False (dQ's last bits may then differ from run to run), or " + without
     reasons = reasons or {}
     wanted = ", ".join("%s (%s)" % (f, reasons[f]) if f in reasons else f for f in sorted(needed))
     declared = "; ".join("%s: %s" % (s.id, _feature_list(s.backward_features)) for s in usable)
