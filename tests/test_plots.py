@@ -10,11 +10,19 @@
                          row per stage, in track order, whose numbers are the CSV's at the headline
                          shape (fp16, head_dim 128, S = 4096) and whose links reach the stage pages;
                          one plot per track, at most about 1000 pixels wide; every PNG in plots/ is
-                         shown by the README or docs/results.md and every one they show exists
+                         shown by the README or docs/results.md and every one they show exists;
+                         the backward track's table is the backward benchmark CSV's
+                         (plots/results/backward_latest.csv) at fp16, head_dim 128, non-causal,
+                         its largest S, with a note under it naming that CSV, its GPU and the case
   the stage pages        each page's results section is compact and its numbers are the committed
                          CSV's (TFLOP/s, time against the parent from the same rounds, % of FA2
                          and cuDNN); its diff section gives the diffstat against the parent and the
-                         command that shows the diff; gen_docs.py --check sees a changed CSV
+                         command that shows the diff; gen_docs.py --check sees a changed CSV;
+                         a backward-track page's results are the backward CSV's, per dtype,
+                         head_dim and S
+  the backward tables    a FAKE backward CSV (a failed row, a deterministic mode, causal rows, longer
+                         S at other dtypes and head_dims): the README's and docs/results.md's table
+                         and note, --backward-csv and --check, and the backward pages' sections
   tools/results_tables   the generated sentences say faster/slower/within where the numbers do;
                          % of cuDNN where cuDNN was measured; an old CSV (fewer columns), a newer
                          one (causal, kv_heads, unknown columns), a stage the tree no longer has and
@@ -45,6 +53,7 @@ The numbers below are FAKE (made up for this test, not measured). Exit codes: 0 
 77 skipped (matplotlib is not installed; CTest reports it as skipped through SKIP_RETURN_CODE).
 """
 
+import collections
 import csv
 import importlib.util
 import io
@@ -62,6 +71,8 @@ TOOLS = os.path.join(REPO, "tools")
 PLOT = os.path.join(TOOLS, "plot.py")
 BENCH = os.path.join(TOOLS, "bench.py")
 COMMITTED_CSV = os.path.join(REPO, "plots", "results", "latest.csv")
+# The backward benchmark's committed CSV (tools/backward_bench.py): the backward track's numbers.
+COMMITTED_BACKWARD_CSV = os.path.join(REPO, "plots", "results", "backward_latest.csv")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 sys.path.insert(0, TOOLS)
 from results_csv import COLUMNS as COLUMNS_FOR_TESTS  # noqa: E402  (the columns bench.py writes)
@@ -161,8 +172,10 @@ def test_synthetic_render_and_readme(tmp):
     page = os.path.join(tmp, "docs", "results.md")
     write(readme, README_BEFORE + README_PLACEHOLDER + README_AFTER)
     out_dir = os.path.join(tmp, "plots")
+    # Without a backward benchmark CSV, the backward track's table comes from this CSV as every track's.
+    no_backward = ["--backward-csv", os.path.join(tmp, "no_backward.csv")]
 
-    check(run_plot([csv_path, "--out-dir", out_dir, "--readme", readme]) == 0, "plot.py exits 0")
+    check(run_plot([csv_path, "--out-dir", out_dir, "--readme", readme] + no_backward) == 0, "plot.py exits 0")
     # Neither fake stage is a stage of this tree: no track plot, one plot of the stages not in it.
     check(pngs(out_dir) == ["untracked_fp16_d128.png"], "the plots of a CSV whose stages this tree lacks (%s)" % pngs(out_dir))
     check_png(os.path.join(out_dir, "untracked_fp16_d128.png"))
@@ -182,7 +195,9 @@ def test_synthetic_render_and_readme(tmp):
     names = [s.name for s in stages.all_stages()]
     rows = re.findall(r"^\| \[`(\w+)`\]", tracks, re.M)
     check(rows == names and tracks.count("no result in this CSV") == len(names),
-          "the tracks section has a row per stage of this tree, in track order, each without a result here")
+          "the tracks section has a row per stage of this tree, in track order, each without a result here "
+          "(the backward track's too: without a backward benchmark CSV it comes from this CSV)")
+    check("_Backward numbers from" not in tracks, "without a backward benchmark CSV, no note under the backward table")
 
     check(os.path.exists(page), "plot.py created docs/results.md beside the README")
     full = read(page) if os.path.exists(page) else "<!-- all-results:begin --><!-- all-results:end -->"
@@ -199,7 +214,7 @@ def test_synthetic_render_and_readme(tmp):
 
     # --check: passes on what plot.py wrote; fails on an edited cell, sentence or README row, a
     # missing plot, a missing docs/results.md.
-    check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir]) == 0,
+    check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir] + no_backward) == 0,
           "--check passes on the README plot.py wrote (the CSV named in it)")
     edited_dir = os.path.join(tmp, "edited")
     os.makedirs(os.path.join(edited_dir, "docs"))
@@ -207,18 +222,18 @@ def test_synthetic_render_and_readme(tmp):
                            ("25.0-31.2% of FA2", "25.0-31.3% of FA2", "a sentence")):
         write(os.path.join(edited_dir, "README.md"), text)
         write(os.path.join(edited_dir, "docs", "results.md"), full.replace(old, new, 1))
-        check(run_plot(["--check", "--readme", os.path.join(edited_dir, "README.md"), csv_path, "--out-dir", out_dir],
-                       quiet=True) == 1, "--check fails when %s of docs/results.md was edited" % what)
+        check(run_plot(["--check", "--readme", os.path.join(edited_dir, "README.md"), csv_path, "--out-dir", out_dir]
+                       + no_backward, quiet=True) == 1, "--check fails when %s of docs/results.md was edited" % what)
     write(os.path.join(edited_dir, "README.md"), text.replace("no result in this CSV", "no result", 1))
     write(os.path.join(edited_dir, "docs", "results.md"), full)
-    check(run_plot(["--check", "--readme", os.path.join(edited_dir, "README.md"), csv_path, "--out-dir", out_dir],
-                   quiet=True) == 1, "--check fails when a row of the README's tracks was edited")
+    check(run_plot(["--check", "--readme", os.path.join(edited_dir, "README.md"), csv_path, "--out-dir", out_dir]
+                   + no_backward, quiet=True) == 1, "--check fails when a row of the README's tracks was edited")
     os.remove(os.path.join(edited_dir, "docs", "results.md"))
     write(os.path.join(edited_dir, "README.md"), text)
-    check(run_plot(["--check", "--readme", os.path.join(edited_dir, "README.md"), csv_path, "--out-dir", out_dir],
-                   quiet=True) == 2, "--check fails (2) when docs/results.md is missing")
+    check(run_plot(["--check", "--readme", os.path.join(edited_dir, "README.md"), csv_path, "--out-dir", out_dir]
+                   + no_backward, quiet=True) == 2, "--check fails (2) when docs/results.md is missing")
     os.remove(os.path.join(out_dir, "untracked_fp16_d128.png"))
-    check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir], quiet=True) == 1,
+    check(run_plot(["--check", "--readme", readme, "--out-dir", out_dir] + no_backward, quiet=True) == 1,
           "--check fails when a plot docs/results.md shows is missing")
 
     # Without a FA2 time there is no % of FA2: the plots fall back to TFLOP/s instead of failing.
@@ -233,7 +248,7 @@ def test_synthetic_render_and_readme(tmp):
     os.makedirs(plain_dir)
     plain = os.path.join(plain_dir, "README.md")
     write(plain, "no markers here\n")
-    check(run_plot([csv_path, "--out-dir", out_dir, "--readme", plain], quiet=True) == 2, "a README without markers is refused")
+    check(run_plot([csv_path, "--out-dir", out_dir, "--readme", plain] + no_backward, quiet=True) == 2, "a README without markers is refused")
     check(read(plain) == "no markers here\n" and not os.path.exists(os.path.join(plain_dir, "docs")),
           "a README without markers is left as it was, and no docs/results.md is written")
 
@@ -288,6 +303,10 @@ def test_committed_readme():
         check(all(link == declared[i].page for i, link in ids) and all(os.path.exists(os.path.join(REPO, link))
                                                                        for _, link in ids),
               "%s: each row links its stage's page, which exists" % title)
+        if names and all(declared[n].backward_features is not None for n in names) \
+                and os.path.exists(COMMITTED_BACKWARD_CSV):
+            check_backward_readme_part(title, body, [i for i, _ in ids], table, declared)
+            continue
         wrong = []
         previous = None
         for (name, _), line in zip(ids, table):
@@ -327,6 +346,134 @@ def test_committed_readme():
     check(run_plot(["--check"], quiet=True) == 0, "plot.py --check passes on the committed README and docs/results.md")
 
 
+def read_backward_csv(path):
+    """(meta, rows) of a backward benchmark CSV, read here without tools/results_tables.py."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    meta = {}
+    for line in lines:
+        if line.startswith("#"):
+            key, _, value = line[1:].strip().partition("=")
+            meta.setdefault(key.strip(), value.strip())
+    return meta, list(csv.DictReader(line for line in lines if line.strip() and not line.startswith("#")))
+
+
+def backward_row(rows, impl, dtype, head_dim, seq, causal):
+    return next((r for r in rows if (r["impl"], r["dtype"], r["head_dim"], r["seq_q"], r["seq_kv"], r["causal"])
+                 == (impl, dtype, str(head_dim), str(seq), str(seq), str(causal))), None)
+
+
+def pct_text(value, dash="–"):
+    return "%.1f%%" % float(value) if value not in ("", None) else dash
+
+
+def backward_readme_cells(name, previous, rows, declared, seq):
+    """A README backward row's cells after the idea, as the backward CSV gives them at fp16, head_dim
+    128, S = seq, non-causal."""
+    mine = backward_row(rows, name, "fp16", 128, seq, 0)
+    if mine is None:
+        return ["no result in this CSV", "–", "–", "–"]
+    if mine["status"] != "PASS":
+        word = mine["status"].split(":")[0]
+        return ["unavailable" if word == "unavailable" else "**%s** (no time)" % word, "–", "–", "–"]
+    parent = declared[name].parent
+    change_text = "–"
+    if parent and any(r["impl"] == parent for r in rows):  # a parent outside the backward CSV: no comparison
+        theirs = backward_row(rows, parent, "fp16", 128, seq, 0)
+        change_text = change(mine, theirs) if theirs is not None and theirs["status"] == "PASS" else "no time"
+        change_text += "" if parent == previous else " vs " + stages.short_id(parent)
+    return ["%.1f" % float(mine["tflops"]), change_text, pct_text(mine["pct_of_fa2"]), pct_text(mine["pct_of_cudnn"])]
+
+
+def backward_headline(rows):
+    """(seq, batch, heads) of the README's backward case: fp16, head_dim 128, non-causal, largest S."""
+    cases = [r for r in rows if (r["dtype"], r["head_dim"], r["causal"]) == ("fp16", "128", "0")
+             and r["seq_q"] == r["seq_kv"]]
+    if not cases:
+        return None, None, None
+    seq = max(int(r["seq_q"]) for r in cases)
+    first = next(r for r in cases if int(r["seq_q"]) == seq)
+    return seq, first["batch"], first["heads"]
+
+
+def check_backward_readme_part(title, body, ids, table, declared, csv_path=COMMITTED_BACKWARD_CSV):
+    """The backward track's part of a README's tracks section against the backward benchmark CSV."""
+    meta, rows = read_backward_csv(csv_path)
+    seq, batch, heads = backward_headline(rows)
+    wrong = []
+    previous = None
+    for name, line in zip(ids, table):
+        cols = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]
+        want = backward_readme_cells(name, previous, rows, declared, seq)
+        if cols[1] != declared[name].idea.replace("|", "\\|") or cols[2:] != want:
+            wrong.append("%s: %s, not %s" % (name, cols[2:], want))
+        previous = name
+    check(not wrong, "%s: TFLOP/s, time vs parent, %% of FA2 and cuDNN are the backward CSV's at fp16, head_dim 128, "
+                     "S = %s, non-causal (%s)" % (title, seq, "; ".join(wrong[:3])))
+    check(not any(DETERMINISTIC in line for line in table), "%s: a stage's deterministic mode is no row of its own"
+          % title)
+    note = [line for line in body.splitlines() if line.startswith("_Backward numbers from")]
+    check(len(note) == 1 and os.path.basename(csv_path) in note[0] and meta.get("gpu", "?") in note[0]
+          and "fp16, head_dim 128, batch %s, heads %s, S = %s, non-causal" % (batch, heads, seq) in note[0]
+          and body.splitlines().index(note[0]) > body.splitlines().index(table[-1]),
+          "%s: one note under the table names the backward CSV, its GPU and the case (%s)" % (title, note))
+    check("2.5x the forward's" in body.split("| stage |")[0],
+          "%s: the text above the table says its numbers are the backward pass's (2.5x the forward's FLOPs)" % title)
+
+
+DETERMINISTIC = "+deterministic"
+
+
+def backward_page_problems(stage, text, rows, declared):
+    """What in a backward-track page's results section differs from the backward CSV's rows: per
+    (dtype, head_dim, S) its TFLOP/s, time vs parent (where the parent has rows), % of FA2 and cuDNN
+    and the deterministic mode against the default, non-causal / causal in one cell where both ran."""
+    mine = [r for r in rows if r["impl"] == stage.name]
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    data = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    data = [cols for cols in data if len(cols) >= 4 and cols[1].isdigit()]
+    if not mine:
+        ok = not data and "has no rows for `%s`" % stage.name in text and "tools/backward_bench.py" in text
+        return [] if ok else ["%s: not in the backward CSV, but its page does not say so" % stage.name]
+    shown = sorted({int(r["causal"]) for r in mine if not r["status"].startswith("unsupported")})
+    parent = stage.parent if any(r["impl"] == stage.parent for r in rows) else None
+    mode = stage.name + DETERMINISTIC
+    with_mode = any(r["impl"] == mode for r in rows)
+
+    def word(row):
+        if row is None:
+            return "-"
+        return "n/a" if row["status"].startswith("unavailable") else row["status"].split(":")[0] or "-"
+
+    problems, config = [], None
+    for cols in data:
+        if cols[0]:
+            config = cols[0].split(", ")
+        want = collections.OrderedDict((k, []) for k in ("tf", "parent", "fa2", "cudnn", "mode"))
+        for causal in shown:
+            row = backward_row(rows, stage.name, config[0], config[1], cols[1], causal)
+            timed = row is not None and row["status"] == "PASS"
+            want["tf"].append("%.1f" % float(row["tflops"]) if timed else word(row))
+            theirs = backward_row(rows, parent, config[0], config[1], cols[1], causal) if parent else None
+            want["parent"].append("-" if not timed else change(row, theirs) if theirs is not None
+                                  and theirs["status"] == "PASS" else word(theirs))
+            want["fa2"].append(pct_text(row["pct_of_fa2"], "-") if timed else "-")
+            want["cudnn"].append(pct_text(row["pct_of_cudnn"], "-") if timed else "-")
+            other = backward_row(rows, mode, config[0], config[1], cols[1], causal)
+            want["mode"].append(word(other) if other is not None and other["status"] != "PASS"
+                                else change(other, row) if timed and other is not None else "-")
+        keys = ["tf"] + (["parent"] if parent else []) + ["fa2", "cudnn"] + (["mode"] if with_mode else [])
+        expected = [" / ".join(want[k]) for k in keys]
+        if cols[2:] != expected:
+            problems.append("%s %s S=%s: %s, not %s" % (stage.name, config, cols[1], cols[2:], expected))
+    shapes = {(r["dtype"], r["head_dim"], r["seq_q"]) for r in mine if int(r["causal"]) in shown}
+    if len(data) != len(shapes):
+        problems.append("%s: %d rows, not %d (one per dtype, head_dim and S)" % (stage.name, len(data), len(shapes)))
+    if (parent is not None) != ("time vs `%s`" % parent in text if parent else "time vs" in text):
+        problems.append("%s: a time vs parent column %s" % (stage.name, "missing" if parent else "without a parent"))
+    return problems
+
+
 def stale_pages(args):
     """The pages `tools/gen_docs.py --check` reports stale with these extra arguments, and its rc."""
     rc, out = run([sys.executable, os.path.join(TOOLS, "gen_docs.py"), "--check"] + args)
@@ -340,8 +487,9 @@ def test_committed_pages(tmp):
     import difflib
     import results_csv
     meta, rows = results_csv.read_results_csv(COMMITTED_CSV)
+    backward_rows = read_backward_csv(COMMITTED_BACKWARD_CSV)[1] if os.path.exists(COMMITTED_BACKWARD_CSV) else None
     declared = stages.by_name()
-    long_sections, wrong, diffs_wrong = [], [], []
+    long_sections, wrong, diffs_wrong, backward_wrong = [], [], [], []
     for stage in stages.all_stages():
         text = read(os.path.join(REPO, stage.page))
         results = section(text, "results")
@@ -350,7 +498,10 @@ def test_committed_pages(tmp):
         parent = declared.get(stage.parent)
         config = None
         compared = 0
-        for line in results.splitlines():
+        backward = stage.backward_features is not None  # its results: the backward benchmark's CSV
+        if backward and backward_rows is not None:
+            backward_wrong += backward_page_problems(stage, results, backward_rows, declared)
+        for line in results.splitlines() if not backward else []:
             cols = [c.strip() for c in line.strip("|").split("|")] if line.startswith("| ") else []
             if len(cols) < 5 or not cols[1].isdigit():
                 continue
@@ -364,7 +515,9 @@ def test_committed_pages(tmp):
             if cols[2:] != want:
                 wrong.append("%s %s S=%s: %s, not %s" % (stage.name, config, cols[1], cols[2:], want))
         measured = any(r.get("impl") == stage.name for r in rows)
-        if not measured:  # a stage newer than the committed run: its page says so, with no table
+        if backward:
+            pass
+        elif not measured:  # a stage newer than the committed run: its page says so, with no table
             if compared or "has no rows for `%s`" % stage.name not in results:
                 wrong.append("%s: not in the CSV, but its page does not say so" % stage.name)
         elif compared != 16:
@@ -388,6 +541,9 @@ def test_committed_pages(tmp):
     check(not long_sections, "every page's results section is at most 35 lines (%s)" % ", ".join(long_sections))
     check(not wrong, "every page's results table is the committed CSV's: TFLOP/s, time vs parent (minima of the same "
                      "rounds), %% of FA2 and cuDNN, 16 cells (%s)" % "; ".join(wrong[:3]))
+    check(not backward_wrong, "every backward-track page's results table is the backward CSV's: per dtype, head_dim "
+                              "and S its TFLOP/s, time vs parent, %% of FA2 and cuDNN, the deterministic mode against "
+                              "the default (%s)" % "; ".join(backward_wrong[:3]))
     check(not diffs_wrong, "every page's diff section: the diffstat against its parent (lines added and removed as "
                            "diff -u counts them) and bash scripts/diff_stage.sh <id> (%s)" % ", ".join(diffs_wrong[:5]))
 
@@ -408,9 +564,34 @@ def test_committed_pages(tmp):
         out.append(",".join(row[c] for c in columns))
     write(slower, "\n".join(out) + "\n")
     rc, stale = stale_pages(["--sections", "results", "--csv", slower])
-    every = {s.page for s in stages.all_stages()}
-    check(rc == 1 and stale == every, "gen_docs.py --check with a CSV 1%% slower: every stage page is stale, no other "
-                                      "(%d of %d)" % (len(stale & every), len(every)))
+    every = {s.page for s in stages.all_stages() if s.backward_features is None}
+    check(rc == 1 and stale == every, "gen_docs.py --check with a CSV 1%% slower: every stage page outside the "
+                                      "backward track is stale, no other (%d of %d)" % (len(stale & every), len(every)))
+    if backward_rows is None:
+        return
+    # A backward CSV whose stage times are all 1% longer: the backward pages are stale, no other.
+    slower = os.path.join(tmp, "slower_backward.csv")
+    with open(COMMITTED_BACKWARD_CSV) as f:
+        lines = f.read().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("impl,"))
+    columns = lines[header].split(",")
+    out = lines[:header + 1]
+    for line in csv.reader(lines[header + 1:]):
+        row = dict(zip(columns, line))
+        if row["kind"] == "stage" and row["status"] == "PASS":
+            for column in ("min_ms", "median_ms"):
+                row[column] = "%g" % (float(row[column]) * 1.01)
+            row["tflops"] = "%.1f" % (float(row["tflops"]) / 1.01)
+            row["pct_of_fa2"] = "%.2f" % (float(row["pct_of_fa2"]) / 1.01)
+            row["pct_of_cudnn"] = "%.2f" % (float(row["pct_of_cudnn"]) / 1.01)
+        out.append(",".join('"%s"' % row[c] if "," in row[c] else row[c] for c in columns))
+    write(slower, "\n".join(out) + "\n")
+    rc, stale = stale_pages(["--sections", "results", "--backward-csv", slower])
+    backward_pages = {s.page for s in stages.all_stages() if s.backward_features is not None}
+    check(rc == 1 and stale == backward_pages and backward_pages,
+          "gen_docs.py --check with a backward CSV 1%% slower (at another path, which every backward page names): "
+          "every backward-track page is stale, no other (%d of %d)" % (len(stale & backward_pages),
+                                                                      len(backward_pages)))
 
 
 def test_sentences_and_columns():
@@ -797,6 +978,164 @@ def test_merge(tmp):
     check("tracks:begin" in read(readme) and "part_bf16_d64" not in read(readme) + read(page),
           "a part leaves the README and docs/results.md alone")
 
+# The backward benchmark's CSV as tools/backward_bench.py writes it, for the first three stages of
+# the backward track ({s1}, {s2}, {s3}). FAKE numbers: {s2} fails its check at S=2048 (no time) and
+# has rows of its deterministic mode ({s2}+deterministic); {s1} takes no causal mask; the README's
+# case is fp16, head_dim 128, non-causal at its largest S (2048 here, not the bf16 or head_dim 64 rows'
+# longer S).
+FAKE_BACKWARD_CSV = """\
+# gpu=FAKE BACKWARD GPU (synthetic test data)
+# git=1111111
+# date=2000-01-02T00:00:00Z
+# timing=rounds
+# statistic=minimum
+impl,kind,dtype,head_dim,batch,heads,seq_q,seq_kv,causal,flops,median_ms,min_ms,tflops,pct_of_fa2,pct_of_cudnn,\
+max_abs_err,max_err_over_tolerance,status
+{s1},stage,fp16,128,2,4,1024,1024,0,1,2.1,2.0,11.1,40.00,20.00,1e-4,0.5,PASS
+{s2},stage,fp16,128,2,4,1024,1024,0,1,1.7,1.6,13.9,50.00,25.00,1e-4,0.5,PASS
+{s2}+deterministic,stage,fp16,128,2,4,1024,1024,0,1,2.1,2.0,11.1,40.00,20.00,1e-4,0.5,PASS
+fa2,reference,fp16,128,2,4,1024,1024,0,1,0.9,0.8,27.8,100.00,50.00,1e-4,0.5,PASS
+cudnn,reference,fp16,128,2,4,1024,1024,0,1,0.5,0.4,55.6,200.00,100.00,1e-4,0.5,PASS
+{s1},stage,fp16,128,2,4,2048,2048,0,1,8.3,8.0,12.3,45.00,22.50,1e-4,0.5,PASS
+{s2},stage,fp16,128,2,4,2048,2048,0,1,9.7,9.6,10.3,37.50,18.75,9.9,3.5,FAIL: dQ: 3 elements over the tolerance
+{s2}+deterministic,stage,fp16,128,2,4,2048,2048,0,1,7.0,6.9,14.2,52.17,26.09,1e-4,0.5,PASS
+{s3},stage,fp16,128,2,4,2048,2048,0,1,5.1,5.0,19.7,72.00,36.00,1e-4,0.5,PASS
+fa2,reference,fp16,128,2,4,2048,2048,0,1,3.7,3.6,27.3,100.00,50.00,1e-4,0.5,PASS
+cudnn,reference,fp16,128,2,4,2048,2048,0,1,1.9,1.8,54.7,200.00,100.00,1e-4,0.5,PASS
+{s1},stage,fp16,128,2,4,2048,2048,1,1,,,,,,,,unsupported: the stage's backward does not declare the feature causal
+{s2},stage,fp16,128,2,4,2048,2048,1,1,4.2,4.0,7.7,45.00,22.50,1e-4,0.5,PASS
+{s2}+deterministic,stage,fp16,128,2,4,2048,2048,1,1,4.5,4.4,7.0,40.91,20.45,1e-4,0.5,PASS
+fa2,reference,fp16,128,2,4,2048,2048,1,1,1.9,1.8,17.1,100.00,50.00,1e-4,0.5,PASS
+{s1},stage,bf16,128,2,4,4096,4096,0,1,33.0,32.0,13.1,47.00,23.50,1e-4,0.5,PASS
+{s1},stage,fp16,64,2,4,8192,8192,0,1,66.0,64.0,14.1,48.00,24.00,1e-4,0.5,PASS
+"""
+
+
+def test_backward_tables(tmp):
+    """The backward track's numbers from the backward benchmark's CSV (FAKE_BACKWARD_CSV): the
+    README's and docs/results.md's table at fp16, head_dim 128, non-causal, the largest S, with the
+    note under it; a failed row and a stage without rows show no number, a deterministic mode is no
+    row of its own; --check follows --backward-csv; the backward pages' results section
+    (tools/gen_docs.py): one row per dtype, head_dim and S, non-causal / causal, against the parent
+    where it has rows, the deterministic mode against the default."""
+    import gen_docs
+    import results_tables
+    declared = stages.by_name()
+    names = [s.name for s in stages.all_stages() if s.backward_features is not None]
+    if len(names) < 3:
+        check(False, "the backward track has at least three stages (%s)" % names)
+        return
+    s1, s2, s3 = names[:3]
+    path = os.path.join(tmp, "fake_backward.csv")
+    write(path, FAKE_BACKWARD_CSV.format(s1=s1, s2=s2, s3=s3))
+
+    # tools/plot.py on the forward FAKE_CSV and this backward CSV, into a README copy.
+    forward = os.path.join(tmp, "backward_forward.csv")
+    write(forward, FAKE_CSV)
+    readme = os.path.join(tmp, "backward", "README.md")
+    os.makedirs(os.path.dirname(readme))
+    write(readme, README_EMPTY)
+    out_dir = os.path.join(tmp, "backward_plots")
+    args = ["--out-dir", out_dir, "--readme", readme, "--backward-csv", path]
+    check(run_plot([forward] + args, quiet=True) == 0, "plot.py --backward-csv exits 0")
+    parts = re.split(r"^### (.+)$", section(read(readme), "tracks"), flags=re.M)
+    track = next(t for t in stages.tracks() if t.name == declared[s1].track)
+    body = parts[parts.index(track.title) + 1] if track.title in parts else ""
+    table = [line for line in body.splitlines() if line.startswith("| [")]
+    ids = [re.match(r"\| \[`(\w+)`\]", line).group(1) for line in table]
+    check(ids == [s.name for s in stages.all_stages() if s.track == track.name],
+          "the backward table: one row per stage of the track, in track order (%s)" % ids)
+    check_backward_readme_part(track.title, body, ids, table, declared, path)
+
+    def cells(name):
+        line = next((line for line in table if line.startswith("| [`%s`]" % name)), "")
+        return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))][2:]
+
+    check(cells(s1) == ["12.3", "–", "45.0%", "22.5%"],
+          "the first backward stage at fp16, head_dim 128, S = 2048 (not the bf16 S = 4096 or head_dim 64 S = 8192 "
+          "rows): its TFLOP/s, no time vs its forward parent, %% of FA2 and cuDNN (%s)" % cells(s1))
+    check(cells(s2) == ["**FAIL** (no time)", "–", "–", "–"] and "10.3" not in body,
+          "a stage that failed its check shows no number, though its row has one (%s)" % cells(s2))
+    check(declared[s3].parent != s2 or cells(s3) == ["19.7", "no time", "72.0%", "36.0%"],
+          "a stage whose parent failed: its numbers, 'no time' against the parent (%s)" % cells(s3))
+    check(all(cells(n) == ["no result in this CSV", "–", "–", "–"] for n in ids[3:]),
+          "a stage without a row in the backward CSV: no result in this CSV")
+    check("FA2 27.3 and cuDNN 54.7 TFLOP/s there" in body and "`python3 tools/backward_bench.py` on the FAKE BACKWARD "
+          "GPU (synthetic test data), git 1111111" in body, "the note gives the references' TFLOP/s at the case and the command, GPU and git")
+    check("(but the backward track's: see its note)" in parts[0],
+          "the line above the tables says the backward track's rows are not at its shape")
+    page = section(read(os.path.join(os.path.dirname(readme), "docs", "results.md")), "all-results")
+    page_part = page.split("## %s" % track.title)[1].split("\n## ")[0] if "## %s" % track.title in page else ""
+    check(all(line in page_part for line in table if not line.startswith("| [")) and "| 12.3 | – | 45.0% | 22.5% |"
+          in page_part and "_Backward numbers from" in page_part and "No results in this CSV for" not in page_part,
+          "docs/results.md's backward track: the README's table and note, no 'no results' line")
+
+    check(run_plot(["--check"] + args, quiet=True) == 0, "--check passes with the same --backward-csv")
+    edited = read(readme).replace("| 12.3 | – | 45.0%", "| 12.4 | – | 45.0%")
+    check(edited != read(readme), "(the backward cell to edit is there)")
+    check_readme = os.path.join(tmp, "backward_edited", "README.md")
+    os.makedirs(os.path.join(os.path.dirname(check_readme), "docs"))
+    write(check_readme, edited)
+    write(os.path.join(os.path.dirname(check_readme), "docs", "results.md"),
+          read(os.path.join(os.path.dirname(readme), "docs", "results.md")))
+    check(run_plot(["--check", forward, "--out-dir", out_dir, "--readme", check_readme, "--backward-csv", path],
+                   quiet=True) == 1, "--check fails when a cell of the README's backward table was edited")
+    other = os.path.join(tmp, "other_backward.csv")
+    write(other, FAKE_BACKWARD_CSV.format(s1=s1, s2=s2, s3=s3).replace(",8.3,8.0,12.3,", ",8.3,8.0,12.9,"))
+    check(run_plot(["--check", "--out-dir", out_dir, "--readme", readme, "--backward-csv", other], quiet=True) == 1,
+          "--check fails against a backward CSV with another number")
+
+    # The backward pages' results section, with made-up stages: b1 (parent a forward stage, not in the
+    # CSV), b2 (parent b1; causal too; a deterministic mode; fails at S=2048), b3 (parent b2), b4 (no rows).
+    csv_text = FAKE_BACKWARD_CSV.format(s1="b1", s2="b2", s3="b3")
+    fake_path = os.path.join(tmp, "fake_backward_pages.csv")
+    write(fake_path, csv_text)
+    backward = results_tables.load_backward(fake_path)
+
+    def stage(name, parent):
+        return stages.Stage(name=name, track="backward", folder_name=name, parent=parent, idea="idea of " + name,
+                            target="sm_80", features=(), sass={}, spill_budget={}, backward_features=())
+
+    decl = {"fwd": stages.Stage(name="fwd", track="f", folder_name="fwd", parent=None, idea="", target="sm_80",
+                                features=(), sass={}, spill_budget={}),
+            "b1": stage("b1", "fwd"), "b2": stage("b2", "b1"), "b3": stage("b3", "b2"), "b4": stage("b4", "b3")}
+    page_path = os.path.join(tmp, "docs", "stages", "backward", "b.md")
+    pages = {n: gen_docs.backward_results_section(decl[n], decl, backward, page_path) for n in ("b1", "b2", "b3", "b4")}
+    print("\n\n".join(pages.values()))
+    rows = read_backward_csv(fake_path)[1]
+    check(all(not backward_page_problems(decl[n], pages[n], rows, decl) for n in pages),
+          "the backward pages' tables are the CSV's (%s)" % "; ".join(
+              p for n in pages for p in backward_page_problems(decl[n], pages[n], rows, decl))[:300])
+    b1 = pages["b1"]
+    check("| dtype, head_dim | S | TFLOP/s | % of FA2 | % of cuDNN |" in b1 and "time vs" not in b1
+          and "| fp16, 128 | 1024 | 11.1 | 40.0% | 20.0% |\n|  | 2048 | 12.3 | 45.0% | 22.5% |\n"
+              "| fp16, 64 | 8192 | 14.1 | 48.0% | 24.0% |\n| bf16, 128 | 4096 | 13.1 | 47.0% | 23.5% |" in b1,
+          "a page whose parent has no backward rows: no time vs parent column; fp16 first, head_dim 128 first")
+    check("Causal: unsupported (the stage's backward does not declare the feature causal)." in b1
+          and "/ " not in b1.split("| fp16, 128")[1].split("\n\n")[0] and ", non-causal;" in b1,
+          "a causal setting with only unsupported rows: a sentence, not a column")
+    b2 = pages["b2"]
+    check("| dtype, head_dim | S | TFLOP/s | time vs `b1` | % of FA2 | % of cuDNN | deterministic: time vs default |" in b2
+          and "| fp16, 128 | 1024 | 13.9 / - | -20.0% / - | 50.0% / - | 25.0% / - | +25.0% / - |" in b2,
+          "a stage with causal rows and a deterministic mode: non-causal / causal per cell, time vs parent, the "
+          "mode's time against the default (2.0 / 1.6 ms = +25.0%)")
+    check("|  | 2048 | FAIL / 7.7 | - / unsupported | - / 45.0% | - / 22.5% | - / +10.0% |" in b2
+          and "10.3" not in b2 and "37.5" not in b2,
+          "a failed row shows no number (its TFLOP/s says FAIL; the mode is not compared with it)")
+    check("each cell non-causal / causal" in b2 and "(half for causal)" in b2 and "`b2+deterministic`" in b2
+          and "Source: `" in b2 and "FAKE BACKWARD GPU (synthetic test data); git 1111111" in b2 and "results.md#backward-track" in b2,
+          "the page says what a cell holds, names the mode, links docs/results.md and names the CSV, GPU, revision")
+    check("| fp16, 128 | 2048 | 19.7 | FAIL | 72.0% | 36.0% |" in pages["b3"],
+          "against a parent that failed: the parent's status")
+    check(pages["b4"] == "The backward benchmark CSV `%s` has no rows for `b4`; run `python3 tools/backward_bench.py`."
+          % fake_path, "a stage without rows: the 'no rows' sentence with the backward benchmark's command")
+    check(gen_docs.backward_results_section(decl["b1"], decl, None, page_path) == gen_docs.NO_BACKWARD_RESULTS,
+          "without a backward CSV the section says so")
+    check(all(len(p.strip().splitlines()) <= 35 for p in pages.values()), "each backward section is at most 35 lines")
+    check(not any("+deterministic" in row for row in results_tables.backward_track_table(
+        ["b1", "b2", "b3", "b4"], backward, decl, tmp) if row.startswith("| `")),
+          "the deterministic mode is no row of the track table")
+
 
 FAKE_FA_RUN = r'''#!%(python)s
 # A stand-in for build/fa_run (made-up numbers): --list --json, and rows as the runner prints them;
@@ -989,6 +1328,7 @@ def main():
         test_committed_readme()
         test_committed_pages(tmp)
         test_sentences_and_columns()
+        test_backward_tables(tmp)
         test_general_series(tmp)
         test_timing_words(tmp)
         test_flops_and_reference_check()

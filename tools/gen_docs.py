@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerates the generated sections of the docs from the source tree, the build and the benchmark CSV.
 
-    python3 tools/gen_docs.py [--build-dir build] [--csv PATH] [--ceilings-csv PATH]
+    python3 tools/gen_docs.py [--build-dir build] [--csv PATH] [--backward-csv PATH] [--ceilings-csv PATH]
                               [--sections diff,results,sass,headline,ceilings] [--check]
 
 The stages are those of tools/stages.py (stages/<track>/NN_name/stage.json); each page compares a
@@ -19,7 +19,12 @@ each page is hand-written):
         and its % of FA2 and of cuDNN; a line per other series the stage has rows in (causal,
         grouped-query, any length, ALiBi: tools/results_csv.py SERIES); where the numbers come from
         (CSV, GPU, git revision, date); every table of the CSV is in docs/results.md
-        (tools/plot.py)
+        (tools/plot.py). A backward-track page (a stage that declares a backward pass) shows the
+        backward benchmark's CSV instead (--backward-csv, default plots/results/backward_latest.csv,
+        tools/backward_bench.py): a row per dtype, head_dim and S of the stage (non-causal and causal
+        in one cell where both have results), its TFLOP/s, its time against its parent's where the
+        parent has rows in that CSV, its % of FA2's and cuDNN's backward and, where the CSV has
+        <stage>+deterministic rows, that mode's time against the default mode's
     <!-- sass:begin --> ... <!-- sass:end -->                                      (section "sass")
         static SASS counts of the main K/V loop of this stage's and its parent's fp16, head_dim 128
         kernel (sm_90 code; sm_90a for sm_90a stages), with registers and spills, disassembled from
@@ -34,8 +39,9 @@ each page is hand-written):
         dtype and head_dim of the CSV
 
 The CSV is what tools/bench.py writes (default plots/results/latest.csv), read with
-tools/results_csv.py. Without a CSV the results sections say so. The ceilings CSV is what
-scripts/microbench.sh writes (default plots/results/ceilings_latest.csv).
+tools/results_csv.py. Without a CSV the results sections say so (the backward track's: without
+the backward CSV). The ceilings CSV is what scripts/microbench.sh writes (default
+plots/results/ceilings_latest.csv).
 
 Without cuobjdump/nvdisasm, or without the stage libraries (or their sm_90 code) in --build-dir,
 the SASS sections cannot be regenerated: writing leaves them as they are and says so; --check
@@ -256,6 +262,116 @@ def results_section(stage, declared, results, csv_path, page):
     return "\n".join(lines)
 
 
+# The backward track's pages: their results from the backward benchmark's CSV (tools/backward_bench.py).
+NO_BACKWARD_RESULTS = "No backward benchmark results committed yet; run `%s`." % results_tables.BACKWARD_COMMAND
+CAUSAL_WORDS = {0: "non-causal", 1: "causal"}
+
+
+def backward_cell(row):
+    """A stage's TFLOP/s in its backward table, or why it has none."""
+    if row is None:
+        return "-"
+    if row["ms"] is None or row["tf"] is None:
+        return status_word(row)
+    return "%.1f" % row["tf"]
+
+
+def change_or_dash(mine, theirs):
+    """Time of `mine` against `theirs` ('-3.2%'); why `theirs` has no time; '-' where `mine` has none."""
+    if mine is None or mine["ms"] is None:
+        return "-"
+    if theirs is None or theirs["ms"] is None:
+        return status_word(theirs)
+    return results_tables.change_cell(mine["ms"], theirs["ms"])
+
+
+def backward_results_section(stage, declared, backward, page):
+    """The results section of a backward-track page: one row per (dtype, head_dim, S) of the stage's
+    rows in the backward CSV, its TFLOP/s, its time against its parent's (where the parent has rows
+    in that CSV), its % of FA2's and cuDNN's backward and, where the CSV has the stage's
+    <stage>+deterministic rows, that mode's time against the default mode's; non-causal and causal
+    in one cell ('a / b') where both have results; a causal setting without any (every row
+    'unsupported') is a sentence under the table."""
+    if backward is None:
+        return NO_BACKWARD_RESULTS
+    mine = backward.rows_of(stage.name)
+    deterministic = stage.name + results_tables.DETERMINISTIC_SUFFIX
+    if not mine:
+        return "The backward benchmark CSV `%s` has no rows for `%s`; run `%s`." % (
+            shown_path(backward.path), stage.name, results_tables.BACKWARD_COMMAND)
+    parent = declared.get(stage.parent) if stage.parent and backward.has(stage.parent) else None
+    with_mode = backward.has(deterministic)
+    notes = []
+    shown = []  # the causal settings with a result that is not 'unsupported'
+    for causal in sorted({r["case"].causal for r in mine}):
+        rows = [r for r in mine if r["case"].causal == causal]
+        if all(r["status"].startswith("unsupported") for r in rows):
+            why = rows[0]["status"].partition(":")[2].strip()
+            notes.append("%s: unsupported%s." % (CAUSAL_WORDS.get(causal, "causal %d" % causal).capitalize(),
+                                                  " (%s)" % why if why else ""))
+        else:
+            shown.append(causal)
+    shapes = sorted({r["case"]._replace(causal=0) for r in mine if r["case"].causal in shown},
+                    key=lambda c: (c.dtype != results_tables.BACKWARD_HEADLINE_DTYPE, c.dtype, -c.head_dim, c.batch,
+                                   c.heads, c.seq_q, c.seq_kv))
+    sizes = sorted({(c.batch, c.heads) for c in shapes})
+    stat = backward.statistic
+    if not shapes:  # every row 'unsupported'
+        return "\n".join(notes + ["", source_line(backward.meta, backward.path)])
+    what = "non-causal" if shown == [0] else "causal" if shown == [1] else "each cell non-causal / causal"
+    lines = ["The backward pass (dQ, dK, dV) as `%s` times it, %sseq_q = seq_kv = S, %s; TFLOP/s count 2.5x the "
+             "forward's FLOPs%s; each time the %s over the timed rounds, %s from the same rounds." % (
+                 results_tables.BACKWARD_COMMAND, "batch %d, heads %d, " % sizes[0] if len(sizes) == 1 else "", what,
+                 " (half for causal)" if 1 in shown else "", stat,
+                 "the parent's, FA2's and cuDNN's backward" if parent is not None else "FA2's and cuDNN's backward"), ""]
+    head = "| dtype, head_dim | S | TFLOP/s |"
+    rule = "|---|---:|---:|"
+    if parent is not None:
+        head += " time vs `%s` |" % parent.name
+        rule += "---:|"
+    head += " % of FA2 | % of cuDNN |"
+    rule += "---:|---:|"
+    if with_mode:
+        head += " deterministic: time vs default |"
+        rule += "---:|"
+    lines += [head, rule]
+    last = None
+    for shape in shapes:
+        key = (shape.dtype, shape.head_dim, shape.batch, shape.heads)
+        config = "%s, %d" % key[:2] + (", batch %d, heads %d" % key[2:] if len(sizes) > 1 else "")
+        cells = collections.OrderedDict((name, []) for name in ("tf", "parent", "fa2", "cudnn", "mode"))
+        for causal in shown:
+            case = shape._replace(causal=causal)
+            row = backward.get(stage.name, case)
+            timed = row is not None and row["ms"] is not None
+            cells["tf"].append(backward_cell(row))
+            cells["parent"].append(change_or_dash(row, backward.get(parent.name, case)) if parent is not None else "")
+            cells["fa2"].append(pct(row["pct"]) if timed else "-")
+            cells["cudnn"].append(pct(row["pct_cudnn"]) if timed else "-")
+            mode = backward.get(deterministic, case)  # '-' where the default mode has no time to compare with
+            cells["mode"].append(status_word(mode) if mode is not None and mode["ms"] is None
+                                 else change_or_dash(mode, row) if timed else "-")
+        wanted = ["tf"] + (["parent"] if parent is not None else []) + ["fa2", "cudnn"] + (["mode"] if with_mode else [])
+        lines.append("| %s | %s | %s |" % (config if key != last else "", seq_label((shape.seq_q, shape.seq_kv)),
+                                          " | ".join(" / ".join(cells[name]) for name in wanted)))
+        last = key
+    said = []
+    if parent is not None:
+        said.append("time vs parent = this %s / the parent's - 1 (negative: faster)" % stat)
+    if with_mode:
+        said.append("deterministic: the stage's deterministic mode (`%s`) against its default mode, the same "
+                    "rounds" % deterministic)
+    if said:
+        text = "; ".join(said)
+        lines += ["", text[0].upper() + text[1:] + "."]
+    if notes:
+        lines += [""] + notes
+    lines += ["", "Every backward stage at the track's headline case: [docs/results.md](%s). %s" % (
+        os.path.relpath(RESULTS_PAGE, os.path.dirname(page)).replace(os.sep, "/") + "#backward-track",
+        source_line(backward.meta, backward.path))]
+    return "\n".join(lines)
+
+
 def headline_section(declared, results, csv_path):
     """docs/performance.md's table: per track, each stage's TFLOP/s at S = 4096 (or the CSV's
     length nearest it) and its time against its parent's, one column per dtype and head_dim."""
@@ -417,6 +533,9 @@ def section_list(text):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--csv", default=DEFAULT_CSV, help="benchmark CSV (default plots/results/latest.csv)")
+    p.add_argument("--backward-csv", default=results_tables.DEFAULT_BACKWARD_CSV,
+                   help="the backward benchmark's CSV (tools/backward_bench.py) whose rows the backward track's "
+                        "pages show (default plots/results/backward_latest.csv)")
     p.add_argument("--ceilings-csv", default=DEFAULT_CEILINGS_CSV,
                    help="microbenchmark CSV of the ceilings (default plots/results/ceilings_latest.csv): "
                         "docs/ceilings.md's table")
@@ -432,7 +551,8 @@ def main(argv=None):
     problems, updated, stale, sass_skipped = [], [], [], []
     try:
         results = read_results(args.csv)
-    except (DocError, OSError) as e:
+        backward = results_tables.load_backward(args.backward_csv) if "results" in wanted else None
+    except (DocError, OSError, ResultsError) as e:
         print("gen_docs.py: %s" % e, file=sys.stderr)
         return 2
     all_stages = stage_declarations.all_stages()
@@ -459,7 +579,10 @@ def main(argv=None):
         if "diff" in wanted:
             sections.append(("diff", diff_section(stage, parent)))
         if "results" in wanted:
-            sections.append(("results", results_section(stage, declared, results, args.csv, path)))
+            if stage.backward_features is not None:  # the backward track: the backward benchmark's rows
+                sections.append(("results", backward_results_section(stage, declared, backward, path)))
+            else:
+                sections.append(("results", results_section(stage, declared, results, args.csv, path)))
         if "sass" in wanted:
             body, why_not = sass_section(stage, parent, build)
             recorded = SASS_BUILD.search(section_body(text, "sass") or "")

@@ -8,9 +8,13 @@ docs/results.md.
 
 Writes (tools/results_tables.py says what each section holds):
   README.md, between <!-- tracks:begin --> and <!-- tracks:end -->
-      per track one short table at the headline shape (fp16, head_dim 128, S = 4096) and its plot
+      per track one short table at the headline shape (fp16, head_dim 128, S = 4096) and its plot;
+      the backward track's table from the backward benchmark's CSV instead (--backward-csv, default
+      plots/results/backward_latest.csv, written by tools/backward_bench.py): fp16, head_dim 128,
+      non-causal, its largest S; a note under it names the CSV, its GPU and the case
   docs/results.md (beside the README), between <!-- all-results:begin --> and <!-- all-results:end -->
-      every table of the CSV, by track and by series (the file is created if it does not exist)
+      every table of the CSV, by track and by series (the file is created if it does not exist);
+      the backward track's table as in the README
   <out-dir>/<track>.png              the README's plot of a track: TFLOP/s per stage at the headline
                                      shape (the parents from other tracks in grey), FA2 and cuDNN lines
   <out-dir>/<track>_<config>.png     per track and headline configuration (e.g. ampere_fp16_d128.png):
@@ -364,6 +368,10 @@ def parse_args(argv):
     p.add_argument("--decode", action="store_true",
                    help="the decoding benchmark's plots from CSV (default plots/results/decode_latest.csv); nothing "
                         "else is written")
+    p.add_argument("--backward-csv", default=results_tables.DEFAULT_BACKWARD_CSV,
+                   help="the backward benchmark's CSV (tools/backward_bench.py) that the backward track's table comes "
+                        "from (default plots/results/backward_latest.csv; where it does not exist, that track's "
+                        "table comes from CSV as every track's)")
     p.add_argument("--readme", default=os.path.join(REPO, "README.md"),
                    help="the README whose tracks section is rewritten or checked (default README.md); "
                         "docs/results.md beside it too")
@@ -398,6 +406,7 @@ def main(argv=None):
         csv_path = os.path.abspath(args.csv) if args.csv else results_tables.csv_named_by(
             args.readme, texts[os.path.abspath(args.readme)])
         meta, rows = results_tables.load_results(csv_path)
+        backward = None if args.no_readme else results_tables.load_backward(os.path.abspath(args.backward_csv))
     except ResultsError as e:
         print("plot.py: %s" % e, file=sys.stderr)
         return 2
@@ -407,7 +416,7 @@ def main(argv=None):
     expected = {}
     if not args.no_readme:
         for path, (section, body) in results_tables.generated_texts(groups, meta, csv_path, os.path.abspath(args.readme),
-                                                                    args.out_dir, declared).items():
+                                                                    args.out_dir, declared, backward=backward).items():
             expected[path] = results_tables.replace_section(texts[path], section, body)
 
     if args.check:

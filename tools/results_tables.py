@@ -6,7 +6,9 @@ checkable against the CSV.
           per track (stages/tracks.json order) one short table at the headline shape (fp16,
           head_dim 128, S = 4096, non-causal): each stage's id linked to its page, its idea, its
           TFLOP/s, its time against its parent and its % of FA2 and cuDNN; and the track's plot
-          (plots/<track>.png)
+          (plots/<track>.png); the backward track's table from the backward benchmark's CSV instead
+          (tools/backward_bench.py; load_backward): the same columns at fp16, head_dim 128,
+          non-causal, the CSV's largest S, and a note under it naming the CSV, its GPU and the case
     docs/results.md
       <!-- all-results:begin --> ... <!-- all-results:end -->
           every table of the CSV: per track, one table and one plot (plots/<track>_<config>.png) per
@@ -15,7 +17,8 @@ checkable against the CSV.
           grouped-query tables against FA2 and cuDNN run the same way (a plot each,
           plots/<config>.png), the any-length table (TFLOP/s at S = 1000 / 4000 as a percentage of
           the same stage's at the next headline length) and the ALiBi table (each stage against
-          itself without ALiBi: PyTorch's fused backends take no ALiBi)
+          itself without ALiBi: PyTorch's fused backends take no ALiBi); the backward track's part
+          holds the README's backward table
 
 Stages appear in the order of tools/stages.py (track by track, in parent order within a track);
 stages the CSV has but the tree does not are shown after them, said so.
@@ -25,13 +28,14 @@ no matplotlib, so the checks run anywhere. Standard library only.
 """
 
 import collections
+import csv
 import os
 import re
 
 import stages as stage_declarations
-from cli_util import REPO
-from results_csv import (fmt_ms, number, pair_lengths, passed, read_results_csv, reference_label, statistic_word,
-                         time_column, timing_of, REFERENCES, SERIES)
+from cli_util import REPO, shown_path
+from results_csv import (fmt_ms, number, pair_lengths, passed, read_commented_csv, read_results_csv, reference_label,
+                         statistic_word, time_column, timing_of, REFERENCES, SERIES)
 
 README_SECTION = "tracks"          # README.md
 PAGE_SECTION = "all-results"       # docs/results.md
@@ -644,6 +648,148 @@ def series_summary(series, groups, declared, readme_dir, timing):
 
 
 # ------------------------------------------------------------------------------------------------
+# The backward benchmark (tools/backward_bench.py): the backward track's numbers
+
+
+# Its CSV (tools/backward_bench.py writes it, and plots/results/backward_<gpu>_<date>.csv beside it).
+DEFAULT_BACKWARD_CSV = os.path.join(REPO, "plots", "results", "backward_latest.csv")
+BACKWARD_COMMAND = "python3 tools/backward_bench.py"
+# tools/backward_bench.py's implementation name of a stage's deterministic mode: <stage>+deterministic
+# (a mode of that stage, not a stage of its own).
+DETERMINISTIC_SUFFIX = "+deterministic"
+# The backward track's case in the README: fp16, head_dim 128, non-causal, at the CSV's largest S.
+BACKWARD_HEADLINE_DTYPE, BACKWARD_HEADLINE_HEAD_DIM = "fp16", 128
+
+# One case of the backward benchmark (a stage's row and its references' share it).
+BackwardCase = collections.namedtuple("BackwardCase", "dtype head_dim batch heads seq_q seq_kv causal")
+
+
+class Backward:
+    """A backward benchmark CSV: its meta and rows, each row with its `case` (BackwardCase, ints)
+    and ms/tf/pct/pct_cudnn (None without a passed check), looked up by implementation and case."""
+
+    def __init__(self, path, meta, rows):
+        self.path, self.meta, self.rows = path, meta, rows
+        self.cell = {}
+        for r in rows:
+            self.cell.setdefault((r["impl"], r["case"]), r)  # the first row of a duplicate wins
+        self.impls = set(r["impl"] for r in rows)
+        self.statistic = statistic_word(timing_of(meta))
+
+    def get(self, impl, case):
+        return self.cell.get((impl, case))
+
+    def has(self, impl):
+        """Whether the CSV has any row of `impl`."""
+        return impl in self.impls
+
+    def rows_of(self, impl):
+        return [r for r in self.rows if r["impl"] == impl]
+
+    def headline_case(self):
+        """The README's case: fp16, head_dim 128, non-causal, the largest S of those rows (seq_q =
+        seq_kv first); without such rows the first non-causal configuration (fp16 first, larger
+        head_dim first) at its largest S; None without non-causal rows."""
+        cases = [r["case"] for r in self.rows if not r["case"].causal]
+        if not cases:
+            return None
+        exact = [c for c in cases if (c.dtype, c.head_dim) == (BACKWARD_HEADLINE_DTYPE, BACKWARD_HEADLINE_HEAD_DIM)]
+        if not exact:
+            first = min(cases, key=lambda c: (c.dtype != BACKWARD_HEADLINE_DTYPE, c.dtype, -c.head_dim))
+            exact = [c for c in cases if (c.dtype, c.head_dim) == (first.dtype, first.head_dim)]
+        best = max((c.seq_q == c.seq_kv, c.seq_q, c.seq_kv) for c in exact)
+        return next(c for c in exact if (c.seq_q == c.seq_kv, c.seq_q, c.seq_kv) == best)  # the CSV's first
+
+    def at(self, case):
+        """The rows of one case (None: no rows), read as track_row reads a Group."""
+        return CaseRows(self, case)
+
+
+class CaseRows:
+    """One case of a Backward: .get(impl, seq) as Group.get, seq ignored; .references those with a row."""
+
+    def __init__(self, backward, case):
+        self.backward, self.case = backward, case
+        self.references = [r for r in REFERENCES if self.get(r) is not None]
+
+    def get(self, impl, seq=None):
+        return self.backward.get(impl, self.case) if self.case is not None else None
+
+
+def load_backward(path):
+    """The backward benchmark CSV at `path` as Backward, or None where there is no such file.
+    ResultsError for a file that cannot be read or has a row without an integer shape."""
+    if not os.path.exists(path):
+        return None
+    try:
+        meta, lines = read_commented_csv(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise ResultsError("cannot read %s: %s" % (path, e))
+    rows = [dict(r) for r in csv.DictReader(lines)]
+    column = time_column(timing_of(meta))
+    for row in rows:
+        try:
+            row["case"] = BackwardCase(row["dtype"], int(row["head_dim"]), int(row["batch"]), int(row["heads"]),
+                                       int(row["seq_q"]), int(row["seq_kv"]), int(row["causal"] or 0))
+        except (KeyError, TypeError, ValueError):
+            raise ResultsError("%s: a row has no integer shape: %s" % (path, row))
+        row["status"] = " ".join((row.get("status") or "").split())
+        ok = passed(row)  # a result without a passed check has no time, whatever a hand-edited CSV says
+        row["ms"] = number(row.get(column)) if ok else None
+        row["tf"] = number(row.get("tflops")) if ok else None
+        row["pct"] = number(row.get("pct_of_fa2")) if ok else None
+        row["pct_cudnn"] = number(row.get("pct_of_cudnn")) if ok else None
+    return Backward(path, meta, rows)
+
+
+def is_backward_track(names, declared):
+    """Whether a track's stages (ids) are measured by the backward benchmark: every one declares a
+    backward pass (stage.json's "backward")."""
+    return bool(names) and all(getattr(declared.get(n), "backward_features", None) is not None for n in names)
+
+
+def backward_case_words(case):
+    """'fp16, head_dim 128, batch 16, heads 32, S = 8192, non-causal'."""
+    return "%s, head_dim %d, batch %d, heads %d, S = %s, %s" % (
+        case.dtype, case.head_dim, case.batch, case.heads, seq_label((case.seq_q, case.seq_kv)),
+        "causal" if case.causal else "non-causal")
+
+
+# What the backward track's table holds, after the track's own sentence.
+BACKWARD_INTRO = ("Its table is the backward pass's, from the backward benchmark (below): TFLOP/s count the "
+                  "backward's FLOPs, 2.5x the forward's; times and % of FA2 and cuDNN are of the backward "
+                  "call, against theirs in the same rounds.")
+
+
+def backward_note(backward, case, from_dir):
+    """The line under the backward track's table: the CSV, its GPU and revision, the case."""
+    link = "[`%s`](%s)" % (shown_path(backward.path), relative_link(backward.path, from_dir))
+    source = "%s on the %s, git %s; the %s of shuffled rounds" % (
+        "`%s`" % BACKWARD_COMMAND, backward.meta.get("gpu", "unknown GPU"), backward.meta.get("git", "unknown"),
+        backward.statistic)
+    if case is None:
+        return "_Backward numbers from %s (%s): it has no non-causal rows._" % (link, source)
+    view = backward.at(case)
+    refs = " and ".join("%s %.1f" % (reference_label(r, short=True), view.get(r)["tf"])
+                        for r in view.references if view.get(r)["tf"] is not None)
+    return "_Backward numbers from %s (%s) at %s%s._" % (link, source, backward_case_words(case),
+                                                        "; %s TFLOP/s there" % refs if refs else "")
+
+
+def backward_track_table(names, backward, declared, from_dir):
+    """The backward track's table (the columns of every track's) at the backward CSV's headline
+    case, and the note under it."""
+    case = backward.headline_case()
+    view = backward.at(case)
+    out = ["| stage | idea | TFLOP/s | time vs parent | % of FA2 | % of cuDNN |", "|---|---|---:|---:|---:|---:|"]
+    previous = None
+    for name in names:
+        out.append(track_row(name, previous, view, case, declared, from_dir, parent_measured=backward.has))
+        previous = name
+    return out + ["", backward_note(backward, case, from_dir)]
+
+
+# ------------------------------------------------------------------------------------------------
 # The README's tracks and docs/results.md
 
 
@@ -688,14 +834,18 @@ def short_id(name):
     return stage_declarations.short_id(name)
 
 
-def track_row(stage, previous, group, seq, declared, from_dir):
-    """One row of a README track table: id, idea, TFLOP/s, time vs parent, % of FA2, % of cuDNN."""
+def track_row(stage, previous, group, seq, declared, from_dir, parent_measured=None):
+    """One row of a README track table: id, idea, TFLOP/s, time vs parent, % of FA2, % of cuDNN.
+    With parent_measured (a function of a stage id), a parent it says the CSV does not measure at
+    all (the forward stage a backward track branches from) is compared with nothing: '–'."""
     idea = declared[stage].idea.replace("|", "\\|") if stage in declared else ""
     row = group.get(stage, seq) if group is not None else None
     if row is None or row["ms"] is None:
         what = "no result in this CSV" if row is None else status_cell(row)
         return "| %s | %s | %s | – | – | – |" % (stage_link(stage, declared, from_dir), idea, what)
     parent = declared[stage].parent if stage in declared else None
+    if parent and parent_measured is not None and not parent_measured(parent):
+        parent = None
     change = "–"
     if parent:
         theirs = group.get(parent, seq)
@@ -710,11 +860,16 @@ def track_row(stage, previous, group, seq, declared, from_dir):
                                                 pct_cell(row["pct"]), pct_cell(row["pct_cudnn"]))
 
 
-def readme_body(groups, meta, csv_path, readme_path, plots_dir, declared, tracks=None):
-    """The README's tracks section: per track a short table at the headline shape and its plot."""
+def readme_body(groups, meta, csv_path, readme_path, plots_dir, declared, tracks=None, backward=None):
+    """The README's tracks section: per track a short table at the headline shape and its plot; the
+    backward track's from `backward` (Backward, load_backward) where given, with a note under it.
+    A track's heading is followed by its sentence without a blank line (the same Markdown, a line
+    less per track)."""
     readme_dir = os.path.dirname(os.path.abspath(readme_path))
     page = os.path.join(readme_dir, "docs", "results.md")
     group, seq = headline_group(groups)
+    backward_tracks = [t.name for t in track_list(declared, tracks)
+                       if backward is not None and is_backward_track(track_stages(t, declared), declared)]
     out = [generated_line(csv_path, readme_dir)]
     if group is None:
         out.append("The CSV has no non-causal headline rows; every table it has: [docs/results.md](%s)."
@@ -722,10 +877,11 @@ def readme_body(groups, meta, csv_path, readme_path, plots_dir, declared, tracks
     else:
         refs = " and ".join("%s %.1f" % (reference_label(r, short=True), group.get(r, seq)["tf"])
                             for r in group.references if group.get(r, seq) is not None and group.get(r, seq)["tf"])
-        out.append("Each row: a stage at %s, on the %s (git %s; %s%s): its TFLOP/s, its time against its parent's "
+        out.append("Each row%s: a stage at %s, on the %s (git %s; %s%s): its TFLOP/s, its time against its parent's "
                    "in the same %s (negative: faster), its speed as a %% of FA2's and of cuDNN's. Every shape and "
                    "series: [docs/results.md](%s)."
-                   % (shape_words(group, seq), meta.get("gpu", "unknown GPU"), meta.get("git", "unknown"),
+                   % (" (but the backward track's: see its note)" if backward_tracks else "", shape_words(group, seq),
+                      meta.get("gpu", "unknown GPU"), meta.get("git", "unknown"),
                       "the minimum of shuffled rounds" if timing_of(meta) == "rounds" else "the median of its launches",
                       "; %s TFLOP/s there" % refs if refs else "", TIMING_WORDS[timing_of(meta)]["same"].split()[1],
                       relative_link(page, readme_dir)))
@@ -734,7 +890,11 @@ def readme_body(groups, meta, csv_path, readme_path, plots_dir, declared, tracks
         names = track_stages(track, declared)
         if not names:
             continue
-        out += ["", "### %s" % track.title, ""]
+        out += ["", "### %s" % track.title]
+        if track.name in backward_tracks:
+            out += [" ".join(filter(None, [sentence(track.about) if track.about else "", BACKWARD_INTRO])), ""]
+            out += backward_track_table(names, backward, declared, readme_dir)
+            continue
         if track.about:
             out += [sentence(track.about), ""]
         out += ["| stage | idea | TFLOP/s | time vs parent | % of FA2 | % of cuDNN |",
@@ -753,8 +913,9 @@ def readme_body(groups, meta, csv_path, readme_path, plots_dir, declared, tracks
     return "\n".join(out)
 
 
-def page_body(groups, meta, csv_path, page_path, plots_dir, declared, tracks=None):
-    """docs/results.md's section: every table of the CSV, by track, then by series."""
+def page_body(groups, meta, csv_path, page_path, plots_dir, declared, tracks=None, backward=None):
+    """docs/results.md's section: every table of the CSV, by track, then by series; the backward
+    track's table (as in the README) from `backward` where given."""
     page_dir = os.path.dirname(os.path.abspath(page_path))
     timing = timing_of(meta)
     out = [generated_line(csv_path, page_dir), "", source_facts(meta),
@@ -770,6 +931,9 @@ def page_body(groups, meta, csv_path, page_path, plots_dir, declared, tracks=Non
         out += ["", "## %s" % track.title]
         if track.about:
             out += ["", sentence(track.about)]
+        from_backward = backward is not None and is_backward_track(names, declared)
+        if from_backward:
+            out += ["", BACKWARD_INTRO, ""] + backward_track_table(names, backward, declared, page_dir)
         mine = [g.only(names) for g in headline]
         for g in headline:
             view = g.only(names)
@@ -783,7 +947,7 @@ def page_body(groups, meta, csv_path, page_path, plots_dir, declared, tracks=Non
             out += ["", "Where each stage stands (ranges over every dtype, head_dim and S above):", ""]
             out += [stage_sentence(s, mine, declared, page_dir) for s in measured]
         missing = [s for s in names if s not in measured]
-        if missing:
+        if missing and not from_backward:
             out += ["", "No results in this CSV for %s." % ", ".join("`%s`" % s for s in missing)]
     for series in [s for s in SERIES if s != "headline"] + sorted({g.series for g in groups if g.series not in SERIES}):
         out += series_markdown(series, groups, declared, page_dir, plots_dir, timing)
@@ -839,9 +1003,11 @@ def results_page_of(readme_path):
     return os.path.join(os.path.dirname(os.path.abspath(readme_path)), "docs", "results.md")
 
 
-def generated_texts(groups, meta, csv_path, readme_path, plots_dir, declared=None, tracks=None):
-    """{path: (section, body)} of the README and its docs/results.md."""
+def generated_texts(groups, meta, csv_path, readme_path, plots_dir, declared=None, tracks=None, backward=None):
+    """{path: (section, body)} of the README and its docs/results.md; the backward track's tables
+    from `backward` (load_backward) where given, else from the CSV as every track's."""
     declared = declared_stages() if declared is None else declared
     page = results_page_of(readme_path)
-    return {readme_path: (README_SECTION, readme_body(groups, meta, csv_path, readme_path, plots_dir, declared, tracks)),
-            page: (PAGE_SECTION, page_body(groups, meta, csv_path, page, plots_dir, declared, tracks))}
+    return {readme_path: (README_SECTION, readme_body(groups, meta, csv_path, readme_path, plots_dir, declared, tracks,
+                                                      backward)),
+            page: (PAGE_SECTION, page_body(groups, meta, csv_path, page, plots_dir, declared, tracks, backward))}
