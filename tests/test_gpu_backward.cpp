@@ -228,6 +228,11 @@ void run_feature_shapes(unsigned feature, const char* scenario, const std::vecto
       for (int head_dim : {64, 128}) {
         if (!backward_supports(*stage, dtype, head_dim)) continue;
         for (const FeatureShape& s : shapes) {
+          // A shape that also needs GQA or causal runs where the stage's backward has that too.
+          const unsigned features = stage->backward->features;
+          if ((s.kv_heads != s.heads && (features & fa::kFeatureGqa) == 0) ||
+              (s.causal && (features & fa::kFeatureCausal) == 0))
+            continue;
           ProblemConfig config = shape(s.batch, s.heads, s.seq_q, s.seq_kv, dtype, head_dim);
           config.kv_heads = s.kv_heads;
           config.causal = s.causal;

@@ -304,22 +304,30 @@ __device__ __forceinline__ void accumulate_dq(float* dq_accum_gmem, const TileLa
 // dQ's rows of one query block receive a share from every K/V block that sees them, and float
 // addition is not associative: with the adds in whatever order the thread blocks arrive, dQ's last
 // bits change from run to run. In the deterministic mode (BackwardParams::deterministic) each
-// (query head, query block) has a counter in the workspace, starting at 0: the thread block of K/V
-// block n waits until it reads n, adds its share, and increments it. The shares then arrive in the
-// order of the keys, every run. (The K/V blocks that see a query block are always 0..n_max, also
-// under causal, where the first query block a K/V block sees never decreases with its keys.)
+// (query head, query block) has a counter in the workspace, starting at 0, and the K/V blocks that
+// see the query block, 0..n_max, add their shares from the last keys to the first: K/V block n
+// waits until the counter reads n_max - n, adds its share, and increments it. The shares arrive in
+// the same order every run. (Under causal n_max depends on the query block: the first query block a
+// K/V block sees never decreases with its keys, so the blocks that see query block m are 0..n_max(m).)
+//
+// Why the last keys first: under causal, K/V block n starts its loop about 2n query blocks in, so at
+// any query block the K/V block with more keys got there earlier. In the keys' own order, block n
+// would wait at every query block for block n - 1, which started further back: each block would take
+// as long as the longest. Last-first, the block with the later keys is the one that goes first.
 //
 // One thread waits and passes the turn for its thread block, with the barrier beside it, the
 // pattern of a grid-wide barrier: the fence before the increment makes every add of the thread block
 // (ordered before it by the barrier) visible before the next thread block can see its turn.
-// Forward progress: K/V block n - 1 has the lower block index, so it was dispatched no later than n.
+// Forward progress: a thread block waits only for K/V blocks of later keys, and in this mode those
+// have the lower block indices (backward_kernel numbers a head's K/V blocks backwards), so the GPU
+// dispatched them no later than the waiting one.
 __device__ __forceinline__ int load_acquire(const int* address) {
   int value;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
   return value;
 }
-__device__ __forceinline__ void wait_for_turn(const int* turn, int64_t kv_block) {
-  while (load_acquire(turn) != kv_block) {
+__device__ __forceinline__ void wait_for_turn(const int* turn, int64_t position) {
+  while (load_acquire(turn) != position) {
   }
   __threadfence();
 }
@@ -403,8 +411,9 @@ __global__ void __launch_bounds__(kThreads) dot_do_o_kernel(const BackwardParams
 // atomics need no bounds check.
 __host__ __device__ inline int64_t padded_seq_q(int64_t seq_q) { return (seq_q + kBlockQ - 1) / kBlockQ * kBlockQ; }
 
-// dq_turns: the deterministic mode's counters, [batch][heads][query block], zeros; nullptr without it.
-template <typename T, int kHeadDim, bool kCausal>
+// kDeterministic: dQ added in a fixed order, with dq_turns, the counters ([batch][heads][query
+// block], zeros); without it the kernel is the parent's (and dq_turns is nullptr).
+template <typename T, int kHeadDim, bool kCausal, bool kDeterministic>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams p, float* dq_accum,
                                                             const float* d_rows, int* dq_turns) {
   using Cfg = Config<T, kHeadDim>;
@@ -417,7 +426,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   // rows of dK and dV, so they need no atomics and no second pass. (The price: a grid `group` times
   // smaller than the query heads', fewer thread blocks to fill the GPU with at small batches.)
   const int64_t num_kv_blocks = (p.seq_kv + kBlockKV - 1) / kBlockKV;
-  const int64_t kv_block = blockIdx.x % num_kv_blocks;
+  // In the deterministic mode a head's K/V blocks are numbered backwards: the last keys first (see
+  // dQ's turns).
+  const int64_t kv_block = kDeterministic ? num_kv_blocks - 1 - blockIdx.x % num_kv_blocks : blockIdx.x % num_kv_blocks;
   const int64_t batch_kv_head = blockIdx.x / num_kv_blocks;
   const int64_t batch = batch_kv_head / p.kv_heads;
   const int64_t kv_head = batch_kv_head % p.kv_heads;
@@ -551,13 +562,17 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
     if (keys_here < kBlockKV) zero_keys_past_end<Cfg>(s_acc, warp_key0, keys_here, lane);  // the last K/V block
     store_score_gradients<Cfg>(smem.ds, s_acc, warp_key0, lane);
     int* turn = nullptr;  // the deterministic mode's counter of these dQ rows
-    if (dq_turns != nullptr) {
+    if (kDeterministic) {
+      // n_max: the last K/V block that sees this query block (under causal, that of its last row).
+      const int64_t n_max =
+          kCausal ? min(max(query0 + kBlockQ - 1 + diagonal, int64_t{0}) / kBlockKV, num_kv_blocks - 1)
+                  : num_kv_blocks - 1;
       turn = dq_turns + (first_batch_head + h) * num_q_blocks + q_block;
-      if (threadIdx.x == 0) wait_for_turn(turn, kv_block);
+      if (threadIdx.x == 0) wait_for_turn(turn, n_max - kv_block);
     }
     __syncthreads();  // dS^T is whole: dQ's rows need every warp's keys (and, deterministic, it is our turn)
     accumulate_dq<Cfg>(member(h).dq_accum + query0 * kHeadDim, ds_addr, k_kn_addr, dq_m_tile, dq_part, lane);  // dQ += dS K
-    if (turn != nullptr) {
+    if (kDeterministic) {
       __syncthreads();  // every warp has added its share
       if (threadIdx.x == 0) pass_turn(turn);
     }
@@ -659,7 +674,10 @@ Status launch_backward_typed(const BackwardParams& params, cudaStream_t stream) 
     return Status::error(std::string(name) + " (backward): " + what + ": " + cudaGetErrorString(e));
   };
   constexpr size_t smem_bytes = SharedTiles<Config<T, kHeadDim>>::kBytes;
-  const auto kernel = params.causal ? backward_kernel<T, kHeadDim, true> : backward_kernel<T, kHeadDim, false>;
+  const auto kernel = params.deterministic
+                          ? (params.causal ? backward_kernel<T, kHeadDim, true, true> : backward_kernel<T, kHeadDim, false, true>)
+                          : (params.causal ? backward_kernel<T, kHeadDim, true, false>
+                                           : backward_kernel<T, kHeadDim, false, false>);
   // Dynamic shared memory above 48 KB needs the opt-in, on the current device, at every launch.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (e != cudaSuccess) return failed("cannot configure the kernel", e);
