@@ -249,7 +249,7 @@ TEST_CASE("backward any_length: lengths that are not tile multiples, a single ro
   run_feature_shapes(fa::kFeatureAnyLength, "any_length",
                      {{2, 3, 1, 1, 1, false},
                       {1, 2, 1, 200, 200, false},
-                      {2, 2, 3, 100, 37, false},
+                      {2, 2, 2, 100, 37, false},
                       {1, 3, 3, 65, 129, false},
                       {2, 2, 2, 257, 71, false},
                       {1, 2, 2, 130, 300, false}});

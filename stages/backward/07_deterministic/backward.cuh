@@ -315,9 +315,10 @@ __device__ __forceinline__ void accumulate_dq(float* dq_accum_gmem, const TileLa
 // would wait at every query block for block n - 1, which started further back: each block would take
 // as long as the longest. Last-first, the block with the later keys is the one that goes first.
 //
-// One thread waits and passes the turn for its thread block, with the barrier beside it, the
-// pattern of a grid-wide barrier: the fence before the increment makes every add of the thread block
-// (ordered before it by the barrier) visible before the next thread block can see its turn.
+// One thread waits for the turn of its thread block, and the barrier after it holds the others. To
+// pass the turn on, every thread fences its own adds (a fence orders only the calling thread's
+// memory operations: the reductions must be performed at L2 before the counter moves), the barrier
+// waits for all of them, and one thread increments the counter.
 // Forward progress: a thread block waits only for K/V blocks of later keys, and in this mode those
 // have the lower block indices (backward_kernel numbers a head's K/V blocks backwards), so the GPU
 // dispatched them no later than the waiting one.
@@ -332,7 +333,6 @@ __device__ __forceinline__ void wait_for_turn(const int* turn, int64_t position)
   __threadfence();
 }
 __device__ __forceinline__ void pass_turn(int* turn) {
-  __threadfence();
   atomicAdd(turn, 1);
 }
 
@@ -573,7 +573,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
     __syncthreads();  // dS^T is whole: dQ's rows need every warp's keys (and, deterministic, it is our turn)
     accumulate_dq<Cfg>(member(h).dq_accum + query0 * kHeadDim, ds_addr, k_kn_addr, dq_m_tile, dq_part, lane);  // dQ += dS K
     if (kDeterministic) {
-      __syncthreads();  // every warp has added its share
+      __threadfence();  // this thread's adds are performed
+      __syncthreads();  // every thread's are
       if (threadIdx.x == 0) pass_turn(turn);
     }
     if (has_next) store_row_stat(smem.lse_log2(slot ^ 1), smem.d_row(slot ^ 1), next_stat);
