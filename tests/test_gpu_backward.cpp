@@ -107,8 +107,31 @@ std::string describe(const ProblemConfig& c) {
   return fa_test::describe_general(c);
 }
 
-// The stage's forward (with the LSE), then its backward; dQ, dK, dV checked. CHECK, not REQUIRE,
-// so that one run lists every failing configuration.
+// dQ, dK and dV of `problem` (its forward's O, given dO) against the fp64 reference, with the rule of
+// check_gradient. CHECK, not REQUIRE, so that one run lists every failing configuration.
+void check_gradients(Problem& problem, const HostTensor& d_o, const HostTensor& dq, const HostTensor& dk,
+                     const HostTensor& dv) {
+  const HostTensor& q = problem.host_q();
+  const HostTensor& k = problem.host_k();
+  const HostTensor& v = problem.host_v();
+  const bool causal = problem.config().causal;
+  const fa::BackwardFp64 ref =
+      fa::reference_backward_fp64(fa::Fp64Tensor::from(q), fa::Fp64Tensor::from(k), fa::Fp64Tensor::from(v),
+                                  fa::Fp64Tensor::from(d_o), problem.softmax_scale(), causal);
+  const fa::BackwardLowp baseline =
+      fa::baseline_backward_lowp(q, k, v, problem.o().download(), d_o, problem.softmax_scale(), causal);
+  const fa::CheckResult dq_check = fa::check_gradient("dq", ref.dq, baseline.dq, dq);
+  const fa::CheckResult dk_check = fa::check_gradient("dk", ref.dk, baseline.dk, dk);
+  const fa::CheckResult dv_check = fa::check_gradient("dv", ref.dv, baseline.dv, dv);
+  INFO("dq: " << dq_check.summary());
+  INFO("dk: " << dk_check.summary());
+  INFO("dv: " << dv_check.summary());
+  CHECK(dq_check.passed);
+  CHECK(dk_check.passed);
+  CHECK(dv_check.passed);
+}
+
+// The stage's forward (with the LSE), then its backward; dQ, dK, dV checked.
 void run_forward_and_backward(const StageInfo& stage, Problem& problem, const fa::LayoutSpec& d_o_layout,
                               const fa::LayoutSpec& grad_layout, const std::string& scenario) {
   INFO(scenario << " | stage " << stage.name << " | " << describe(problem.config()));
@@ -125,25 +148,7 @@ void run_forward_and_backward(const StageInfo& stage, Problem& problem, const fa
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   FA_CUDA_CHECK(cudaGetLastError());
 
-  const HostTensor& q = problem.host_q();
-  const HostTensor& k = problem.host_k();
-  const HostTensor& v = problem.host_v();
-  const HostTensor o = problem.o().download();
-  const HostTensor d_o = g.d_o.download();
-  const bool causal = problem.config().causal;
-  const fa::BackwardFp64 ref =
-      fa::reference_backward_fp64(fa::Fp64Tensor::from(q), fa::Fp64Tensor::from(k), fa::Fp64Tensor::from(v),
-                                  fa::Fp64Tensor::from(d_o), problem.softmax_scale(), causal);
-  const fa::BackwardLowp baseline = fa::baseline_backward_lowp(q, k, v, o, d_o, problem.softmax_scale(), causal);
-  const fa::CheckResult dq = fa::check_gradient("dq", ref.dq, baseline.dq, g.dq.download());
-  const fa::CheckResult dk = fa::check_gradient("dk", ref.dk, baseline.dk, g.dk.download());
-  const fa::CheckResult dv = fa::check_gradient("dv", ref.dv, baseline.dv, g.dv.download());
-  INFO("dq: " << dq.summary());
-  INFO("dk: " << dk.summary());
-  INFO("dv: " << dv.summary());
-  CHECK(dq.passed);
-  CHECK(dk.passed);
-  CHECK(dv.passed);
+  check_gradients(problem, g.d_o.download(), g.dq.download(), g.dk.download(), g.dv.download());
 }
 
 ProblemConfig shape(int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv, DType dtype, int head_dim) {
@@ -316,21 +321,8 @@ TEST_CASE("backward deterministic: bitwise the same dQ, dK, dV on every run, and
               CHECK(runs[t].raw == first[t].raw);
             }
           }
-          // And the gradients are right (the last run's buffers).
-          const fa::BackwardFp64 ref = fa::reference_backward_fp64(
-              fa::Fp64Tensor::from(problem.host_q()), fa::Fp64Tensor::from(problem.host_k()),
-              fa::Fp64Tensor::from(problem.host_v()), fa::Fp64Tensor::from(g.d_o.download()), problem.softmax_scale(),
-              causal);
-          const fa::BackwardLowp baseline =
-              fa::baseline_backward_lowp(problem.host_q(), problem.host_k(), problem.host_v(), problem.o().download(),
-                                         g.d_o.download(), problem.softmax_scale(), causal);
-          const fa::CheckResult dq = fa::check_gradient("dq", ref.dq, baseline.dq, first[0]);
-          const fa::CheckResult dk = fa::check_gradient("dk", ref.dk, baseline.dk, first[1]);
-          const fa::CheckResult dv = fa::check_gradient("dv", ref.dv, baseline.dv, first[2]);
-          INFO("dq: " << dq.summary() << " | dk: " << dk.summary() << " | dv: " << dv.summary());
-          CHECK(dq.passed);
-          CHECK(dk.passed);
-          CHECK(dv.passed);
+          // And the gradients are right (the first run's).
+          check_gradients(problem, g.d_o.download(), first[0], first[1], first[2]);
         }
       }
 }

@@ -549,20 +549,13 @@ def test_committed_pages(tmp):
 
     # A CSV whose stage times are all 1% longer: every page's results are stale, no other page.
     slower = os.path.join(tmp, "slower.csv")
-    with open(COMMITTED_CSV) as f:
-        lines = f.read().splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("impl,"))
-    columns = lines[header].split(",")
-    out = lines[:header + 1]
-    for line in csv.reader(lines[header + 1:]):
-        row = dict(zip(columns, line))
-        if row["kind"] == "stage" and row["status"] == "PASS":
-            row["min_ms"] = "%g" % (float(row["min_ms"]) * 1.01)
-            row["median_ms"] = "%g" % (float(row["median_ms"]) * 1.01)
-            row["tflops"] = "%g" % (float(row["tflops"]) / 1.01)
-            row["pct_of_fa2"] = row["pct_of_cudnn"] = ""
-        out.append(",".join(row[c] for c in columns))
-    write(slower, "\n".join(out) + "\n")
+
+    def forward_slower(row):
+        row["min_ms"] = "%g" % (float(row["min_ms"]) * 1.01)
+        row["median_ms"] = "%g" % (float(row["median_ms"]) * 1.01)
+        row["tflops"] = "%g" % (float(row["tflops"]) / 1.01)
+        row["pct_of_fa2"] = row["pct_of_cudnn"] = ""
+    write_with_passed_stage_rows(COMMITTED_CSV, slower, forward_slower)
     rc, stale = stale_pages(["--sections", "results", "--csv", slower])
     every = {s.page for s in stages.all_stages() if s.backward_features is None}
     check(rc == 1 and stale == every, "gen_docs.py --check with a CSV 1%% slower: every stage page outside the "
@@ -571,7 +564,26 @@ def test_committed_pages(tmp):
         return
     # A backward CSV whose stage times are all 1% longer: the backward pages are stale, no other.
     slower = os.path.join(tmp, "slower_backward.csv")
-    with open(COMMITTED_BACKWARD_CSV) as f:
+
+    def backward_slower(row):
+        for column in ("min_ms", "median_ms"):
+            row[column] = "%g" % (float(row[column]) * 1.01)
+        row["tflops"] = "%.1f" % (float(row["tflops"]) / 1.01)
+        row["pct_of_fa2"] = "%.2f" % (float(row["pct_of_fa2"]) / 1.01)
+        row["pct_of_cudnn"] = "%.2f" % (float(row["pct_of_cudnn"]) / 1.01)
+    write_with_passed_stage_rows(COMMITTED_BACKWARD_CSV, slower, backward_slower)
+    rc, stale = stale_pages(["--sections", "results", "--backward-csv", slower])
+    backward_pages = {s.page for s in stages.all_stages() if s.backward_features is not None}
+    check(rc == 1 and stale == backward_pages and backward_pages,
+          "gen_docs.py --check with a backward CSV 1%% slower (at another path, which every backward page names): "
+          "every backward-track page is stale, no other (%d of %d)" % (len(stale & backward_pages),
+                                                                      len(backward_pages)))
+
+
+def write_with_passed_stage_rows(source, path, change):
+    """Writes `source` (a results CSV: '#' lines, then a header 'impl,...' and rows) to `path` with
+    change(row) applied to every passed stage row (a dict by column); a value holding a comma is quoted."""
+    with open(source) as f:
         lines = f.read().splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("impl,"))
     columns = lines[header].split(",")
@@ -579,19 +591,9 @@ def test_committed_pages(tmp):
     for line in csv.reader(lines[header + 1:]):
         row = dict(zip(columns, line))
         if row["kind"] == "stage" and row["status"] == "PASS":
-            for column in ("min_ms", "median_ms"):
-                row[column] = "%g" % (float(row[column]) * 1.01)
-            row["tflops"] = "%.1f" % (float(row["tflops"]) / 1.01)
-            row["pct_of_fa2"] = "%.2f" % (float(row["pct_of_fa2"]) / 1.01)
-            row["pct_of_cudnn"] = "%.2f" % (float(row["pct_of_cudnn"]) / 1.01)
+            change(row)
         out.append(",".join('"%s"' % row[c] if "," in row[c] else row[c] for c in columns))
-    write(slower, "\n".join(out) + "\n")
-    rc, stale = stale_pages(["--sections", "results", "--backward-csv", slower])
-    backward_pages = {s.page for s in stages.all_stages() if s.backward_features is not None}
-    check(rc == 1 and stale == backward_pages and backward_pages,
-          "gen_docs.py --check with a backward CSV 1%% slower (at another path, which every backward page names): "
-          "every backward-track page is stale, no other (%d of %d)" % (len(stale & backward_pages),
-                                                                      len(backward_pages)))
+    write(path, "\n".join(out) + "\n")
 
 
 def test_sentences_and_columns():
