@@ -412,8 +412,8 @@ check("NaN fails (%r)" % summary, not ok and "dV" in summary and err == math.inf
 # --- --help -------------------------------------------------------------------------------------
 done = subprocess.run([sys.executable, os.path.join(TOOLS, "backward_bench.py"), "--help"], stdout=subprocess.PIPE,
                       stderr=subprocess.STDOUT, text=True)
-check("backward_bench.py --help says it has not run on a GPU", done.returncode == 0 and "--dry-run" in done.stdout
-      and "NOT YET RUN ON A GPU" in done.stdout)
+check("backward_bench.py --help names the run its estimate assumes", done.returncode == 0 and "--dry-run" in done.stdout
+      and "backward_h100-80gb-hbm3_20261207-145212.csv" in done.stdout)
 
 if failures:
     print("test_backward_bench: %d check(s) failed:" % len(failures))
