@@ -407,12 +407,14 @@ CheckResult check_lse_against_reference(const ReferenceRows& reference, const Ho
 }
 
 CheckResult check_gradient(const char* name, const Fp64Tensor& reference, const HostTensor& baseline,
-                           const HostTensor& out, const CheckOptions& options) {
+                           const HostTensor& out, const CheckOptions& options, const Fp64Tensor* terms) {
   CheckResult result;
   const TensorLayout& l = out.layout;
   if (l.batch != reference.batch || l.seq != reference.seq || l.heads != reference.heads ||
       l.head_dim != reference.head_dim || baseline.layout.batch != l.batch || baseline.layout.seq != l.seq ||
-      baseline.layout.heads != l.heads || baseline.layout.head_dim != l.head_dim) {
+      baseline.layout.heads != l.heads || baseline.layout.head_dim != l.head_dim ||
+      (terms != nullptr && (terms->batch != l.batch || terms->seq != l.seq || terms->heads != l.heads ||
+                            terms->head_dim != l.head_dim))) {
     result.first_failure = std::string(name) + ": the output, the reference and the baseline differ in shape";
     return result;
   }
@@ -429,9 +431,11 @@ CheckResult check_gradient(const char* name, const Fp64Tensor& reference, const 
   double err_sq = 0.0, ref_sq = 0.0;
   for (int64_t b = 0; b < l.batch; ++b)
     for (int64_t h = 0; h < l.heads; ++h) {
-      double scale = 0.0, baseline_err = 0.0;
+      double scale = 0.0, baseline_err = 0.0, term_size = 0.0;
       for (int64_t s = 0; s < l.seq; ++s)
         for (int64_t d = 0; d < l.head_dim; ++d) {
+          if (terms != nullptr && std::isfinite(terms->at(b, s, h, d)))
+            term_size = std::max(term_size, terms->at(b, s, h, d));
           const double ref = reference.at(b, s, h, d);
           if (!std::isfinite(ref)) continue;
           scale = std::max(scale, std::fabs(ref));
@@ -444,7 +448,9 @@ CheckResult check_gradient(const char* name, const Fp64Tensor& reference, const 
           }
         }
       const double floor = unit_roundoff(dtype) * std::max(scale, smallest_normal(dtype));
-      const double tol = options.tolerance_factor * std::max(floor, baseline_err) + options.tolerance_epsilon * scale;
+      const double accumulation = static_cast<double>(l.head_dim) * std::ldexp(1.0, -24) * term_size;
+      const double tol = options.tolerance_factor * std::max({floor, accumulation, baseline_err}) +
+                         options.tolerance_epsilon * scale;
       result.tolerance = std::max(result.tolerance, tol);
       for (int64_t s = 0; s < l.seq; ++s) {
         ++result.rows_checked;

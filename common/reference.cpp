@@ -111,6 +111,9 @@ BackwardFp64 reference_backward_fp64(const Fp64Tensor& q, const Fp64Tensor& k, c
   r.dq = Fp64Tensor(batch, seq_q, heads, dim);
   r.dk = Fp64Tensor(batch, seq_kv, k.heads, dim);
   r.dv = Fp64Tensor(batch, seq_kv, k.heads, dim);
+  r.dq_terms = Fp64Tensor(batch, seq_q, heads, dim);
+  r.dk_terms = Fp64Tensor(batch, seq_kv, k.heads, dim);
+  r.dv_terms = Fp64Tensor(batch, seq_kv, k.heads, dim);
   const size_t rows = static_cast<size_t>(batch * heads * seq_q);
   r.lse.assign(rows, -std::numeric_limits<double>::infinity());
   r.d_from_o.assign(rows, 0.0);
@@ -149,13 +152,22 @@ BackwardFp64 reference_backward_fp64(const Fp64Tensor& q, const Fp64Tensor& k, c
         for (int64_t j = 0; j < keys; ++j) d_from_p += p[j] * dp[j];
         r.d_from_o[row] = d_from_o;
         r.d_from_p[row] = d_from_p;
-        // dS = P * (dP - D); dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO.
+        // dS = P * (dP - D); dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO. Beside them, the
+        // terms' sizes: |dO_i|.|o_i| and, per key, |dO_i|.|v_j|.
+        double abs_d = 0.0;
+        for (int64_t d = 0; d < dim; ++d) abs_d += std::fabs(d_o.at(b, i, h, d) * r.o.at(b, i, h, d));
         for (int64_t j = 0; j < keys; ++j) {
           const double ds = p[j] * (dp[j] - d_from_o);
+          double abs_dp = 0.0;
+          for (int64_t d = 0; d < dim; ++d) abs_dp += std::fabs(d_o.at(b, i, h, d) * v.at(b, j, kv_h, d));
+          const double ds_terms = p[j] * (abs_dp + abs_d);
           for (int64_t d = 0; d < dim; ++d) {
             r.dq.at(b, i, h, d) += scale * ds * k.at(b, j, kv_h, d);
             r.dk.at(b, j, kv_h, d) += scale * ds * q.at(b, i, h, d);
             r.dv.at(b, j, kv_h, d) += p[j] * d_o.at(b, i, h, d);
+            r.dq_terms.at(b, i, h, d) += scale * ds_terms * std::fabs(k.at(b, j, kv_h, d));
+            r.dk_terms.at(b, j, kv_h, d) += scale * ds_terms * std::fabs(q.at(b, i, h, d));
+            r.dv_terms.at(b, j, kv_h, d) += p[j] * std::fabs(d_o.at(b, i, h, d));
           }
         }
       }

@@ -75,8 +75,13 @@ struct Fp64Tensor {
 // over the query heads of its group. Also returns O and the LSE (natural log, -inf for a row that
 // sees no key; [batch][heads][seq_q]), and D computed both ways: rowsum(dO * O) and rowsum(P * dP),
 // equal in exact arithmetic (sum_j P_ij dP_ij = dO_i . sum_j P_ij v_j = dO_i . o_i).
+// And, for the checker's fp32 floor (check_gradient), the size of what each gradient element sums,
+// with dS's two dot products taken term by term: dq_terms = scale sum_j P_ij (|dO_i|.|v_j| +
+// |dO_i|.|o_i|) |k_j|, dk_terms the same with |q_i|, dv_terms = sum_i P_ij |dO_i| (|x|.|y| the dot
+// product of absolute values).
 struct BackwardFp64 {
   Fp64Tensor o, dq, dk, dv;
+  Fp64Tensor dq_terms, dk_terms, dv_terms;
   std::vector<double> lse, d_from_o, d_from_p;  // [batch][heads][seq_q]
 };
 BackwardFp64 reference_backward_fp64(const Fp64Tensor& q, const Fp64Tensor& k, const Fp64Tensor& v,

@@ -251,6 +251,38 @@ TEST_CASE("gradient check: the low-precision baseline passes and is close to fp6
   }
 }
 
+TEST_CASE("gradient check: with one key, dQ = dK = 0 exactly; fp32 rounding of dP - D passes, a real error fails",
+          "[backward][checker]") {
+  // seq_kv 1: P = 1, dS = dP - D = dO . v - dO . o with o = v, so dQ and dK are 0 in exact arithmetic
+  // and in the baseline (which sums dP and D alike). A kernel that sums them in two orders leaves a
+  // few fp32 roundings of |dP|: here 2^-23 * |dO| . |v| times scale |k| per element, which the
+  // accumulation floor (check_gradient's `terms`) allows and the tolerance without it does not.
+  for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    LowpProblem p(dtype, 1, 2, 2, 3, 1, 64, false, 11);
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t d = 0; d < 64; ++d) CHECK(p.ref.dk.at(0, 0, h, d) == 0.0);
+    HostTensor noisy = p.baseline.dq, wrong = p.baseline.dq;
+    double largest_noise = 0.0;
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t h = 0; h < 2; ++h) {
+        double abs_dp = 0.0;
+        for (int64_t d = 0; d < 64; ++d)
+          abs_dp += std::fabs(static_cast<double>(p.d_o.at(0, s, h, d)) * p.v.at(0, 0, h, d));
+        for (int64_t d = 0; d < 64; ++d) {
+          const double noise = std::ldexp(abs_dp, -23) * 0.125 * std::fabs(static_cast<double>(p.k.at(0, 0, h, d)));
+          noisy.set(0, s, h, d, static_cast<float>(d % 2 ? noise : -noise));
+          largest_noise = std::max(largest_noise, std::fabs(static_cast<double>(noisy.at(0, s, h, d))));
+          wrong.set(0, s, h, d, 1e-3f);
+        }
+      }
+    INFO("dtype " << fa::dtype_name(dtype) << ", the largest rounding noise " << largest_noise);
+    CHECK(largest_noise > 0.0);
+    CHECK(fa::check_gradient("dq", p.ref.dq, p.baseline.dq, noisy, {}, &p.ref.dq_terms).passed);
+    CHECK_FALSE(fa::check_gradient("dq", p.ref.dq, p.baseline.dq, noisy).passed);
+    CHECK_FALSE(fa::check_gradient("dq", p.ref.dq, p.baseline.dq, wrong, {}, &p.ref.dq_terms).passed);
+  }
+}
+
 TEST_CASE("gradient check: a backward without the D term fails dQ and dK", "[backward][checker]") {
   // dS = P * dP instead of P * (dP - D): the mutation issue 42 asks the tests to catch. With the
   // fp64 reference of a problem whose dO is replaced, dQ and dK move by P * D summed over the keys.

@@ -120,9 +120,9 @@ void check_gradients(Problem& problem, const HostTensor& d_o, const HostTensor& 
                                   fa::Fp64Tensor::from(d_o), problem.softmax_scale(), causal);
   const fa::BackwardLowp baseline =
       fa::baseline_backward_lowp(q, k, v, problem.o().download(), d_o, problem.softmax_scale(), causal);
-  const fa::CheckResult dq_check = fa::check_gradient("dq", ref.dq, baseline.dq, dq);
-  const fa::CheckResult dk_check = fa::check_gradient("dk", ref.dk, baseline.dk, dk);
-  const fa::CheckResult dv_check = fa::check_gradient("dv", ref.dv, baseline.dv, dv);
+  const fa::CheckResult dq_check = fa::check_gradient("dq", ref.dq, baseline.dq, dq, {}, &ref.dq_terms);
+  const fa::CheckResult dk_check = fa::check_gradient("dk", ref.dk, baseline.dk, dk, {}, &ref.dk_terms);
+  const fa::CheckResult dv_check = fa::check_gradient("dv", ref.dv, baseline.dv, dv, {}, &ref.dv_terms);
   INFO("dq: " << dq_check.summary());
   INFO("dk: " << dk_check.summary());
   INFO("dv: " << dv_check.summary());

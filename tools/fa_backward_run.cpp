@@ -73,9 +73,9 @@ std::string check(Problem& problem, const DeviceTensor& d_o, const DeviceTensor&
     const BackwardFp64 ref = reference_backward_fp64(Fp64Tensor::from(qs), Fp64Tensor::from(ks), Fp64Tensor::from(vs),
                                                      Fp64Tensor::from(d_os), problem.softmax_scale(), false);
     const BackwardLowp base = baseline_backward_lowp(qs, ks, vs, os, d_os, problem.softmax_scale(), false);
-    const CheckResult results[3] = {check_gradient("dq", ref.dq, base.dq, slice(dq_host, b, h)),
-                                    check_gradient("dk", ref.dk, base.dk, slice(dk_host, b, h)),
-                                    check_gradient("dv", ref.dv, base.dv, slice(dv_host, b, h))};
+    const CheckResult results[3] = {check_gradient("dq", ref.dq, base.dq, slice(dq_host, b, h), {}, &ref.dq_terms),
+                                    check_gradient("dk", ref.dk, base.dk, slice(dk_host, b, h), {}, &ref.dk_terms),
+                                    check_gradient("dv", ref.dv, base.dv, slice(dv_host, b, h), {}, &ref.dv_terms)};
     for (const CheckResult& r : results)
       if (!r.passed)
         return "batch " + std::to_string(b) + ", head " + std::to_string(h) + ": " + r.first_failure;
