@@ -338,13 +338,15 @@ check("the paged rows add to the estimate, a little (%s, %s)" % (
     estimate_seconds(contiguous_only.getvalue()), estimate_seconds(default.getvalue())),
     estimate_seconds(contiguous_only.getvalue()) < estimate_seconds(default.getvalue())
     < 1.25 * estimate_seconds(contiguous_only.getvalue()))
+PAGED_STAGES = [st.name for st in stages.all_stages() if "paged_kv" in st.features]
 alone = io.StringIO()
 with contextlib.redirect_stdout(alone):
     status = decode_bench.main(["--dry-run", "--cache", "paged", "--references", "", "--page-size", "16,256",
                                 "--batches", "64", "--kv-heads", "32", "--seq-kvs", "64k", "--seq-qs", "1"])
 check("--cache paged --references '': the paged stage alone on both page sizes; at batch 64, 32/32 heads, 64k "
       "the 16-row pools fit without contiguous copies, the 256-row ones not beside them (%r)" % alone.getvalue(),
-      status == 0 and "1 cases x 2 implementations: decode_04_paged_kv (paged16), decode_04_paged_kv (paged256)"
+      status == 0 and "1 cases x %d implementations: %s" % (
+          2 * len(PAGED_STAGES), ", ".join("%s (paged%d)" % (name, size) for size in (16, 256) for name in PAGED_STAGES))
       in alone.getvalue() and "caches: paged16 (paged256 skipped: 1 copy of the paged256 pools" in alone.getvalue()
       and "fa2" not in alone.getvalue().splitlines()[0])
 said = io.StringIO()
