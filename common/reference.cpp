@@ -118,7 +118,7 @@ BackwardFp64 reference_backward_fp64(const Fp64Tensor& q, const Fp64Tensor& k, c
   r.lse.assign(rows, -std::numeric_limits<double>::infinity());
   r.d_from_o.assign(rows, 0.0);
   r.d_from_p.assign(rows, 0.0);
-  std::vector<double> p, dp;
+  std::vector<double> p, dp, abs_dp;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t kv_h = kv_head_of(h, heads, k.heads);
@@ -139,28 +139,28 @@ BackwardFp64 reference_backward_fp64(const Fp64Tensor& q, const Fp64Tensor& k, c
         for (int64_t j = 0; j < keys; ++j) sum += (p[j] = std::exp(p[j] - max_score));
         for (int64_t j = 0; j < keys; ++j) p[j] /= sum;
         r.lse[row] = max_score + std::log(sum);
-        // O = P V and dP = dO V^T.
+        // O = P V and dP = dO V^T; beside dP, the size of its terms, |dO_i|.|v_j|.
         dp.assign(static_cast<size_t>(keys), 0.0);
+        abs_dp.assign(static_cast<size_t>(keys), 0.0);
         for (int64_t j = 0; j < keys; ++j)
           for (int64_t d = 0; d < dim; ++d) {
             r.o.at(b, i, h, d) += p[j] * v.at(b, j, kv_h, d);
             dp[j] += d_o.at(b, i, h, d) * v.at(b, j, kv_h, d);
+            abs_dp[j] += std::fabs(d_o.at(b, i, h, d) * v.at(b, j, kv_h, d));
           }
-        // D, both ways.
-        double d_from_o = 0.0, d_from_p = 0.0;
-        for (int64_t d = 0; d < dim; ++d) d_from_o += d_o.at(b, i, h, d) * r.o.at(b, i, h, d);
+        // D, both ways; beside D, the size of its terms, |dO_i|.|o_i|.
+        double d_from_o = 0.0, d_from_p = 0.0, abs_d = 0.0;
+        for (int64_t d = 0; d < dim; ++d) {
+          d_from_o += d_o.at(b, i, h, d) * r.o.at(b, i, h, d);
+          abs_d += std::fabs(d_o.at(b, i, h, d) * r.o.at(b, i, h, d));
+        }
         for (int64_t j = 0; j < keys; ++j) d_from_p += p[j] * dp[j];
         r.d_from_o[row] = d_from_o;
         r.d_from_p[row] = d_from_p;
-        // dS = P * (dP - D); dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO. Beside them, the
-        // terms' sizes: |dO_i|.|o_i| and, per key, |dO_i|.|v_j|.
-        double abs_d = 0.0;
-        for (int64_t d = 0; d < dim; ++d) abs_d += std::fabs(d_o.at(b, i, h, d) * r.o.at(b, i, h, d));
+        // dS = P * (dP - D); dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO; and the sizes of their terms.
         for (int64_t j = 0; j < keys; ++j) {
           const double ds = p[j] * (dp[j] - d_from_o);
-          double abs_dp = 0.0;
-          for (int64_t d = 0; d < dim; ++d) abs_dp += std::fabs(d_o.at(b, i, h, d) * v.at(b, j, kv_h, d));
-          const double ds_terms = p[j] * (abs_dp + abs_d);
+          const double ds_terms = p[j] * (abs_dp[j] + abs_d);
           for (int64_t d = 0; d < dim; ++d) {
             r.dq.at(b, i, h, d) += scale * ds * k.at(b, j, kv_h, d);
             r.dk.at(b, j, kv_h, d) += scale * ds * q.at(b, i, h, d);
