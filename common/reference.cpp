@@ -144,15 +144,17 @@ BackwardFp64 reference_backward_fp64(const Fp64Tensor& q, const Fp64Tensor& k, c
         abs_dp.assign(static_cast<size_t>(keys), 0.0);
         for (int64_t j = 0; j < keys; ++j)
           for (int64_t d = 0; d < dim; ++d) {
-            r.o.at(b, i, h, d) += p[j] * v.at(b, j, kv_h, d);
-            dp[j] += d_o.at(b, i, h, d) * v.at(b, j, kv_h, d);
-            abs_dp[j] += std::fabs(d_o.at(b, i, h, d) * v.at(b, j, kv_h, d));
+            const double v_jd = v.at(b, j, kv_h, d), term = d_o.at(b, i, h, d) * v_jd;
+            r.o.at(b, i, h, d) += p[j] * v_jd;
+            dp[j] += term;
+            abs_dp[j] += std::fabs(term);
           }
         // D, both ways; beside D, the size of its terms, |dO_i|.|o_i|.
         double d_from_o = 0.0, d_from_p = 0.0, abs_d = 0.0;
         for (int64_t d = 0; d < dim; ++d) {
-          d_from_o += d_o.at(b, i, h, d) * r.o.at(b, i, h, d);
-          abs_d += std::fabs(d_o.at(b, i, h, d) * r.o.at(b, i, h, d));
+          const double term = d_o.at(b, i, h, d) * r.o.at(b, i, h, d);
+          d_from_o += term;
+          abs_d += std::fabs(term);
         }
         for (int64_t j = 0; j < keys; ++j) d_from_p += p[j] * dp[j];
         r.d_from_o[row] = d_from_o;
