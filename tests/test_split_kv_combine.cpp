@@ -1,5 +1,5 @@
-// Split-KV's algebra on the CPU (stages/decode/01_split_kv/split_kv.h, the very functions the
-// kernels call): the merge of any partition of a row's keys into splits equals the softmax over all
+// Split-KV's algebra on the CPU (stages/decode/01_split_kv/split_kv.h and the merge in parts of
+// stages/decode/07_parallel_combine/split_kv.h, the very functions the kernels call): the merge of any partition of a row's keys into splits equals the softmax over all
 // of them, in fp64, within what the fp32 arithmetic of the merge can cost; empty splits and splits
 // whose keys are all masked contribute nothing (never NaN); a row that no split sees gets O = 0 and
 // LSE -inf; a NaN stays NaN. Also: which K/V blocks each split takes, and the split-count heuristic.
@@ -17,6 +17,10 @@
 
 #define FA_STAGE_NAMESPACE split_kv_01
 #include "stages/decode/01_split_kv/split_kv.h"
+#undef FA_STAGE_NAMESPACE
+// decode_07_parallel_combine's merge in parts (a thread block a row, its warps the parts).
+#define FA_STAGE_NAMESPACE split_kv_07
+#include "stages/decode/07_parallel_combine/split_kv.h"
 #undef FA_STAGE_NAMESPACE
 
 namespace {
@@ -119,6 +123,28 @@ std::vector<size_t> random_cuts(std::mt19937_64& rng, size_t n, int splits) {
   return cuts;
 }
 
+// decode_07's merge in parts: 4 parts (its warps), 8 splits in flight and 3 (a last round that runs
+// past the end), against the fp64 softmax within the same bounds as the one-thread merge.
+void check_merge_in_parts(const Partials& p, double ref_lse, const double (&ref_o)[kDims], const Tolerance& tol) {
+  float parts_o[kDims], parts3_o[kDims];
+  const float parts_lse = split_kv_07::merge_splits<kDims, 4, 8>(p.splits, p.lse.data(), 1, p.o.data(), kDims, parts_o);
+  const float parts3_lse =
+      split_kv_07::merge_splits<kDims, 4, 3>(p.splits, p.lse.data(), 1, p.o.data(), kDims, parts3_o);
+  if (ref_lse == -kInf) {
+    CHECK(parts_lse == -std::numeric_limits<float>::infinity());
+    CHECK(parts3_lse == -std::numeric_limits<float>::infinity());
+    for (int d = 0; d < kDims; ++d) CHECK((parts_o[d] == 0.0f && parts3_o[d] == 0.0f));
+    return;
+  }
+  CHECK(std::fabs(parts_lse - ref_lse) <= tol.lse);
+  CHECK(parts3_lse == parts_lse);  // M and Z do not depend on the rounds
+  for (int d = 0; d < kDims; ++d) {
+    INFO("d " << d << ": merged in parts " << parts_o[d] << " and " << parts3_o[d] << ", reference " << ref_o[d]);
+    CHECK(std::fabs(parts_o[d] - ref_o[d]) <= tol.o);
+    CHECK(std::fabs(parts3_o[d] - ref_o[d]) <= tol.o);
+  }
+}
+
 // Merges the partials as the combine kernel does and compares with the fp64 softmax of the row.
 void check_merge(const Row& row, const std::vector<size_t>& cuts) {
   const Partials p = split_row(row, cuts);
@@ -132,6 +158,7 @@ void check_merge(const Row& row, const std::vector<size_t>& cuts) {
   const Tolerance tol = tolerance(p, max_abs_v);
   INFO(row.scores.size() << " keys in " << p.splits << " splits; reference lse " << ref_lse << ", merged "
                          << lse);
+  check_merge_in_parts(p, ref_lse, ref_o, tol);
   if (ref_lse == -kInf) {
     CHECK(lse == -std::numeric_limits<float>::infinity());
     for (float x : o) CHECK(x == 0.0f);
@@ -217,6 +244,9 @@ TEST_CASE("a row that no split sees: O = 0 and LSE = -inf, as the unsplit kernel
     const float merged_lse = merge_splits<kDims>(splits, lse.data(), 1, o.data(), kDims, merged);
     CHECK(merged_lse == -std::numeric_limits<float>::infinity());
     for (float x : merged) CHECK(x == 0.0f);
+    CHECK(split_kv_07::merge_splits<kDims, 4, 8>(splits, lse.data(), 1, o.data(), kDims, merged) ==
+          -std::numeric_limits<float>::infinity());
+    for (float x : merged) CHECK(x == 0.0f);  // and no empty split's NaN O was read
   }
 }
 
@@ -226,6 +256,8 @@ TEST_CASE("one split: the merge returns it unchanged, bit for bit", "[split_kv]"
     const Partials p = split_row(random_row(rng, 33, 2.0, offset, 0.0), {});
     float o[kDims];
     CHECK(merge_splits<kDims>(1, p.lse.data(), 1, p.o.data(), kDims, o) == p.lse[0]);
+    for (int d = 0; d < kDims; ++d) CHECK(o[d] == p.o[d]);
+    CHECK(split_kv_07::merge_splits<kDims, 4, 8>(1, p.lse.data(), 1, p.o.data(), kDims, o) == p.lse[0]);
     for (int d = 0; d < kDims; ++d) CHECK(o[d] == p.o[d]);
   }
 }
@@ -240,6 +272,8 @@ TEST_CASE("a NaN split (a NaN key) makes the merged row NaN, wherever it is", "[
     float o[kDims];
     INFO("NaN in split " << nan_split);
     CHECK(std::isnan(merge_splits<kDims>(p.splits, p.lse.data(), 1, p.o.data(), kDims, o)));
+    for (float x : o) CHECK(std::isnan(x));
+    CHECK(std::isnan(split_kv_07::merge_splits<kDims, 4, 8>(p.splits, p.lse.data(), 1, p.o.data(), kDims, o)));
     for (float x : o) CHECK(std::isnan(x));
   }
 }
