@@ -1,4 +1,4 @@
-// backward_09_async_products' backward pass: dQ, dK, dV of O = softmax(scale * Q K^T) V
+// backward_10_dq_bulk_reduce's backward pass: dQ, dK, dV of O = softmax(scale * Q K^T) V
 // (common/backward.h), FlashAttention-2's algorithm with its five matrix products on wgmma (sm_90a),
 // each waited for only where its result is read, 128 keys per thread block (two warpgroups of 64),
 // the next query block's Q, dO, LSE and D loaded while this one is computed, for any seq_q and seq_kv, with or without causal masking, with
