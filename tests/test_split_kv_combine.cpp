@@ -321,3 +321,45 @@ TEST_CASE("choose_num_splits: FA2's wave heuristic, bounded as split_kv.h says",
   const int splits = choose_num_splits(32, slots, 256);
   CHECK(splits == 7);  // 224 thread blocks: 85% of one wave, the first count within 85% of the best
 }
+
+TEST_CASE("choose_num_splits from decode_06 on: grids past one wave split too, at 95% of the best", "[split_kv]") {
+  using split_kv_07::choose_num_splits;
+  // The page's table (decode_06_last_wave.md): 396 slots (132 SMs x 3 blocks of the 64-row tile),
+  // 256 K/V blocks (seq_kv 16384 in blocks of 64).
+  const int64_t slots = 132 * 3;
+  CHECK(choose_num_splits(512, slots, 256) == 3);   // 1.29 waves unsplit (65%) -> 3.88 waves (97%)
+  CHECK(choose_num_splits(2048, slots, 256) == 3);  // 5.17 waves (86%) -> 15.5 waves (97%)
+  CHECK(choose_num_splits(32, slots, 256) == 12);   // FA2's rule: 11 (89%)
+  CHECK(choose_num_splits(128, slots, 256) == 3);
+  CHECK(choose_num_splits(1, slots, 256) == 128);   // one tile group: the bound
+  // A grid of 80% to 100% of one wave still runs unsplit.
+  CHECK(choose_num_splits(317, slots, 256) == 1);
+  CHECK(choose_num_splits(396, slots, 256) == 1);
+  for (int64_t work : {1, 8, 32, 100, 317, 396, 397, 512, 1000, 2048})
+    for (int64_t kv_blocks : {2, 16, 63, 256, 2048})
+      for (int64_t resident : {int64_t{264}, slots}) {
+        const int splits = choose_num_splits(work, resident, kv_blocks);
+        INFO(work << " thread blocks, " << resident << " resident, " << kv_blocks << " K/V blocks: " << splits
+                  << " splits");
+        const int64_t most = std::min<int64_t>(
+            {split_kv_07::kMaxHeuristicSplits, resident, kv_blocks / split_kv_07::kMinBlocksPerSplit});
+        CHECK(splits >= 1);
+        CHECK(splits <= std::max<int64_t>(1, most));
+        const auto longest = [&](int64_t n) { return (kv_blocks + n - 1) / n; };
+        const auto eligible = [&](int64_t n) { return n == 1 || longest(n) != longest(n - 1); };
+        const auto efficiency = [&](int64_t n) {
+          const double waves = static_cast<double>(work * n) / static_cast<double>(resident);
+          return waves / std::ceil(waves);
+        };
+        if (10 * work >= 8 * resident && work <= resident) {
+          CHECK(splits == 1);  // 80% to 100% of one wave
+        } else if (most > 1) {
+          double best = 0.0;
+          for (int64_t n = 1; n <= most; ++n)
+            if (eligible(n)) best = std::max(best, efficiency(n));
+          CHECK(eligible(splits));
+          CHECK(efficiency(splits) >= 0.95 * best);  // within 95% of the best eligible count
+          for (int64_t n = 1; n < splits; ++n) CHECK(!(eligible(n) && efficiency(n) >= 0.95 * best));
+        }
+      }
+}
