@@ -17,6 +17,8 @@ warm-up; the GPU is synchronized once after the loop, and its time is shown as '
     custom op                    torch.ops.flash_stages.attention (attention() minus its own checks)
     op body                      the op's Python function called directly (no dispatcher)
     checks                       _checks.check_attention + check_alignment
+    stage choice                 _ops._stage_for: the stage the call runs (stage=None: the pick)
+    allocations                  the op's output and (empty) LSE tensors, torch.empty on the GPU
     params + stream              FaCapiParams, torch.cuda.current_stream(), the device guard
     library launch               Library.launch on prepared params: ctypes + the C++ launcher + the launch
 
@@ -113,6 +115,9 @@ def main(argv=None):
             ("custom op", lambda: torch.ops.flash_stages.attention(q, k, v, None, True, None, False, args.stage)),
             ("op body", (lambda: body(q, k, v, None, True, None, False, args.stage)) if body else None),
             ("checks", checks),
+            ("stage choice", lambda: _ops._stage_for(call, q.device, args.stage)),
+            ("allocations", lambda: (torch.empty(call.o_shape, dtype=dtype, device="cuda"),
+                                     torch.empty((0,), dtype=torch.float32, device="cuda"))),
             ("params + stream", params_and_stream),
             ("library launch", lambda: lib.launch(stage.id, params, stream)),
         ]
