@@ -177,6 +177,25 @@ void check_merge(const Row& row, const std::vector<size_t>& cuts) {
   for (int d = 0; d < kDims; ++d) CHECK(halves[d / (kDims / 2)][d % (kDims / 2)] == o[d]);
 }
 
+// The wave rule of choose_num_splits, restated: `splits` must be the smallest eligible count (one
+// whose longest split, ceil(kv_blocks / n), is shorter than with n - 1) whose wave efficiency is
+// within `fraction` of the best eligible count's, among 1 .. most.
+void check_smallest_within(int64_t work, int64_t resident, int64_t kv_blocks, int64_t most, int splits,
+                           double fraction) {
+  const auto longest = [&](int64_t n) { return (kv_blocks + n - 1) / n; };
+  const auto eligible = [&](int64_t n) { return n == 1 || longest(n) != longest(n - 1); };
+  const auto efficiency = [&](int64_t n) {
+    const double waves = static_cast<double>(work * n) / static_cast<double>(resident);
+    return waves / std::ceil(waves);
+  };
+  double best = 0.0;
+  for (int64_t n = 1; n <= most; ++n)
+    if (eligible(n)) best = std::max(best, efficiency(n));
+  CHECK(eligible(splits));
+  CHECK(efficiency(splits) >= fraction * best);
+  for (int64_t n = 1; n < splits; ++n) CHECK(!(eligible(n) && efficiency(n) >= fraction * best));
+}
+
 }  // namespace
 
 TEST_CASE("split_kv_blocks: whole blocks, every block in exactly one split, lengths within one",
@@ -300,22 +319,9 @@ TEST_CASE("choose_num_splits: FA2's wave heuristic, bounded as split_kv.h says",
         CHECK(splits <= std::max<int64_t>(1, kv_blocks / split_kv_01::kMinBlocksPerSplit));
         CHECK(splits <= resident);
         // The rule itself: the smallest eligible count within 85% of the best eligible efficiency.
-        const auto longest = [&](int64_t n) { return (kv_blocks + n - 1) / n; };
-        const auto eligible = [&](int64_t n) { return n == 1 || longest(n) != longest(n - 1); };
-        const auto efficiency = [&](int64_t n) {
-          const double waves = static_cast<double>(work * n) / static_cast<double>(resident);
-          return waves / std::ceil(waves);
-        };
         const int64_t most = std::min<int64_t>(
             {split_kv_01::kMaxHeuristicSplits, resident, kv_blocks / split_kv_01::kMinBlocksPerSplit});
-        if (10 * work < 8 * resident && most > 1) {
-          double best = 0.0;
-          for (int64_t n = 1; n <= most; ++n)
-            if (eligible(n)) best = std::max(best, efficiency(n));
-          CHECK(eligible(splits));
-          CHECK(efficiency(splits) >= 0.85 * best);
-          for (int64_t n = 1; n < splits; ++n) CHECK(!(eligible(n) && efficiency(n) >= 0.85 * best));
-        }
+        if (10 * work < 8 * resident && most > 1) check_smallest_within(work, resident, kv_blocks, most, splits, 0.85);
       }
   // Batch 1, 32 heads, seq_kv 16384 (256 blocks): 32 thread blocks alone use 12% of the slots.
   const int splits = choose_num_splits(32, slots, 256);
@@ -345,21 +351,9 @@ TEST_CASE("choose_num_splits from decode_06 on: grids past one wave split too, a
             {split_kv_07::kMaxHeuristicSplits, resident, kv_blocks / split_kv_07::kMinBlocksPerSplit});
         CHECK(splits >= 1);
         CHECK(splits <= std::max<int64_t>(1, most));
-        const auto longest = [&](int64_t n) { return (kv_blocks + n - 1) / n; };
-        const auto eligible = [&](int64_t n) { return n == 1 || longest(n) != longest(n - 1); };
-        const auto efficiency = [&](int64_t n) {
-          const double waves = static_cast<double>(work * n) / static_cast<double>(resident);
-          return waves / std::ceil(waves);
-        };
-        if (10 * work >= 8 * resident && work <= resident) {
+        if (10 * work >= 8 * resident && work <= resident)
           CHECK(splits == 1);  // 80% to 100% of one wave
-        } else if (most > 1) {
-          double best = 0.0;
-          for (int64_t n = 1; n <= most; ++n)
-            if (eligible(n)) best = std::max(best, efficiency(n));
-          CHECK(eligible(splits));
-          CHECK(efficiency(splits) >= 0.95 * best);  // within 95% of the best eligible count
-          for (int64_t n = 1; n < splits; ++n) CHECK(!(eligible(n) && efficiency(n) >= 0.95 * best));
-        }
+        else if (most > 1)
+          check_smallest_within(work, resident, kv_blocks, most, splits, 0.95);
       }
 }
