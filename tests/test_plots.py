@@ -19,7 +19,7 @@
                          and cuDNN); its diff section gives the diffstat against the parent and the
                          command that shows the diff; gen_docs.py --check sees a changed CSV;
                          a backward-track page's results are the backward CSV's, per dtype,
-                         head_dim and S
+                         head_dim and S (a decoding-track page's: tests/test_decode_docs.py)
   the backward tables    a FAKE backward CSV (a failed row, a deterministic mode, causal rows, longer
                          S at other dtypes and head_dims): the README's and docs/results.md's table
                          and note, --backward-csv and --check, and the backward pages' sections
@@ -499,9 +499,10 @@ def test_committed_pages(tmp):
         config = None
         compared = 0
         backward = stage.backward_features is not None  # its results: the backward benchmark's CSV
+        decode = stage.track == "decode"  # its results: the decoding benchmark's (tests/test_decode_docs.py)
         if backward and backward_rows is not None:
             backward_wrong += backward_page_problems(stage, results, backward_rows, declared)
-        for line in results.splitlines() if not backward else []:
+        for line in results.splitlines() if not (backward or decode) else []:
             cols = [c.strip() for c in line.strip("|").split("|")] if line.startswith("| ") else []
             if len(cols) < 5 or not cols[1].isdigit():
                 continue
@@ -515,7 +516,7 @@ def test_committed_pages(tmp):
             if cols[2:] != want:
                 wrong.append("%s %s S=%s: %s, not %s" % (stage.name, config, cols[1], cols[2:], want))
         measured = any(r.get("impl") == stage.name for r in rows)
-        if backward:
+        if backward or decode:
             pass
         elif not measured:  # a stage newer than the committed run: its page says so, with no table
             if compared or "has no rows for `%s`" % stage.name not in results:
@@ -557,9 +558,10 @@ def test_committed_pages(tmp):
         row["pct_of_fa2"] = row["pct_of_cudnn"] = ""
     write_with_passed_stage_rows(COMMITTED_CSV, slower, forward_slower)
     rc, stale = stale_pages(["--sections", "results", "--csv", slower])
-    every = {s.page for s in stages.all_stages() if s.backward_features is None}
+    every = {s.page for s in stages.all_stages() if s.backward_features is None and s.track != "decode"}
     check(rc == 1 and stale == every, "gen_docs.py --check with a CSV 1%% slower: every stage page outside the "
-                                      "backward track is stale, no other (%d of %d)" % (len(stale & every), len(every)))
+                                      "backward and decoding tracks is stale, no other (%d of %d)"
+          % (len(stale & every), len(every)))
     if backward_rows is None:
         return
     # A backward CSV whose stage times are all 1% longer: the backward pages are stale, no other.

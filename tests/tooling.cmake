@@ -58,6 +58,12 @@ if(Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_decode_bench.py)
   set_tests_properties(test_decode_bench PROPERTIES LABELS cpu SKIP_RETURN_CODE 77)
 
+  # The decoding track's results sections (tools/decode_docs.py, through tools/gen_docs.py): which
+  # committed decoding CSV a page shows and its table, on fake CSVs; every decoding page is current.
+  add_test(NAME test_decode_docs
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_decode_docs.py)
+  set_tests_properties(test_decode_docs PROPERTIES LABELS cpu)
+
   # The backward benchmark (tools/backward_bench.py): the FLOP count, the CSV and its ratios, the
   # options, the dry run, and a whole run on a fake PyTorch and library (the forward outside every
   # timed region, no time for a failed check), without a GPU.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Regenerates the generated sections of the docs from the source tree, the build and the benchmark CSV.
 
-    python3 tools/gen_docs.py [--build-dir build] [--csv PATH] [--backward-csv PATH] [--ceilings-csv PATH]
+    python3 tools/gen_docs.py [--build-dir build] [--csv PATH] [--backward-csv PATH] [--decode-csvs GLOB]
+                              [--ceilings-csv PATH]
                               [--sections diff,results,sass,headline,ceilings] [--check]
 
 The stages are those of tools/stages.py (stages/<track>/NN_name/stage.json); each page compares a
@@ -24,7 +25,10 @@ each page is hand-written):
         tools/backward_bench.py): a row per dtype, head_dim and S of the stage (non-causal and causal
         in one cell where both have results), its TFLOP/s, its time against its parent's where the
         parent has rows in that CSV, its % of FA2's and cuDNN's backward and, where the CSV has
-        <stage>+deterministic rows, that mode's time against the default mode's
+        <stage>+deterministic rows, that mode's time against the default mode's. A decoding-track
+        page shows the decoding benchmark's CSVs instead (--decode-csvs, tools/decode_docs.py): the
+        latest that has rows of the stage and its parent, a row per shape at seq_kv 16k (time and %
+        of the read bandwidth of the parent, the stage, FA2 and cuDNN) and a line per other length
     <!-- sass:begin --> ... <!-- sass:end -->                                      (section "sass")
         static SASS counts of the main K/V loop of this stage's and its parent's fp16, head_dim 128
         kernel (sm_90 code; sm_90a for sm_90a stages), with registers and spills, disassembled from
@@ -64,6 +68,7 @@ import re
 import sys
 
 import ceilings_doc  # the ceilings CSV's reader and docs/ceilings.md's table (tools/ceilings_doc.py)
+import decode_docs  # the decoding track's results sections, from the decoding benchmark's CSVs
 import results_tables
 import sass
 import stages as stage_declarations
@@ -536,6 +541,10 @@ def main(argv=None):
     p.add_argument("--backward-csv", default=results_tables.DEFAULT_BACKWARD_CSV,
                    help="the backward benchmark's CSV (tools/backward_bench.py) whose rows the backward track's "
                         "pages show (default plots/results/backward_latest.csv)")
+    p.add_argument("--decode-csvs", default=decode_docs.DEFAULT_PATTERN,
+                   help="the decoding benchmark's CSVs (tools/decode_bench.py), a glob pattern: each decoding-track "
+                        "page shows the latest that has rows of its stage and its parent (default "
+                        "plots/results/decode_*.csv)")
     p.add_argument("--ceilings-csv", default=DEFAULT_CEILINGS_CSV,
                    help="microbenchmark CSV of the ceilings (default plots/results/ceilings_latest.csv): "
                         "docs/ceilings.md's table")
@@ -552,6 +561,7 @@ def main(argv=None):
     try:
         results = read_results(args.csv)
         backward = results_tables.load_backward(args.backward_csv) if "results" in wanted else None
+        decode_runs = decode_docs.load_runs(args.decode_csvs) if "results" in wanted else []
     except (DocError, OSError, ResultsError) as e:
         print("gen_docs.py: %s" % e, file=sys.stderr)
         return 2
@@ -581,6 +591,8 @@ def main(argv=None):
         if "results" in wanted:
             if stage.backward_features is not None:  # the backward track: the backward benchmark's rows
                 sections.append(("results", backward_results_section(stage, declared, backward, path)))
+            elif stage.track == "decode":  # the decoding track: the decoding benchmark's rows
+                sections.append(("results", decode_docs.results_section(stage.name, stage.parent, decode_runs)))
             else:
                 sections.append(("results", results_section(stage, declared, results, args.csv, path)))
         if "sass" in wanted:
