@@ -18,10 +18,10 @@ range of the stage's time against its parent's and of its % of the read bandwidt
 import glob
 import os
 
-from cli_util import REPO, shown_path
+from cli_util import REPO
 from decode_csv import TIME_COLUMN, DecodeCsvError, passed, read_decode_csv
 from results_csv import number
-from results_tables import change_cell
+from results_tables import change_cell, source_line
 
 DEFAULT_PATTERN = os.path.join(REPO, "plots", "results", "decode_*.csv")
 COMMAND = "python3 tools/decode_bench.py"
@@ -111,7 +111,7 @@ def span(values, fmt):
     return fmt % lo if fmt % lo == fmt % hi else (fmt % lo) + ".." + (fmt % hi)
 
 
-def seq_label(seq_kv):
+def length_label(seq_kv):
     return "%dk" % (seq_kv // 1024) if seq_kv % 1024 == 0 else str(seq_kv)
 
 
@@ -136,7 +136,7 @@ def results_section(stage, parent, runs):
         lengths = sorted({int(r["seq_kv"]) for r in rows})
         headline = HEADLINE_SEQ_KV if HEADLINE_SEQ_KV in lengths else \
             max(lengths, key=lambda n: (sum(1 for r in rows if int(r["seq_kv"]) == n), n))
-        lines.append("%s, seq_kv %s:" % (config_words(key), seq_label(headline)))
+        lines.append("%s, seq_kv %s:" % (config_words(key), length_label(headline)))
         lines.append("")
         head = ["seq_q", "batch", "K/V heads"] + (["`%s`" % parent] if with_parent else []) + ["this stage"] + \
             (["vs parent"] if with_parent else []) + [label for _, label in REFERENCES]
@@ -163,23 +163,18 @@ def results_section(stage, parent, runs):
             pcts = [number(r["pct_of_read_bw"]) for r in at if number(r.get("pct_of_read_bw")) is not None]
             words = ["%d shapes" % len(at)]
             if with_parent:
-                changes = [100.0 * (number(r[TIME_COLUMN]) / number(by_shape[(parent, key, shape_of(r))][TIME_COLUMN])
-                                    - 1.0) for r in at
-                           if (parent, key, shape_of(r)) in by_shape and passed(by_shape[(parent, key, shape_of(r))])]
+                pairs = [(r, by_shape.get((parent, key, shape_of(r)))) for r in at]
+                changes = [100.0 * (number(r[TIME_COLUMN]) / number(p[TIME_COLUMN]) - 1.0)
+                           for r, p in pairs if p is not None and passed(p)]
                 if changes:
                     words.append("time against the parent %s" % span(changes, "%+.1f%%"))
             if pcts:
                 words.append("%s of the read bandwidth" % span(pcts, "%.1f%%"))
             if not lines[-1].startswith("- "):
                 lines.append("")
-            lines.append("- seq_kv %s: %s." % (seq_label(n), "; ".join(words)))
+            lines.append("- seq_kv %s: %s." % (length_label(n), "; ".join(words)))
         lines.append("")
-    source = [run.meta.get("gpu", "unknown GPU"), "git %s" % run.meta.get("git", "unknown"),
-              "date %s" % run.meta.get("date", "unknown")]
-    for k, label in (("cuda", "CUDA"), ("torch", "PyTorch")):
-        if run.meta.get(k):
-            source.append("%s %s" % (label, run.meta[k]))
-    lines.append("Source: `%s` (%s)." % (shown_path(run.path), "; ".join(source)))
+    lines.append(source_line(run.meta, run.path))
     if run.meta.get("tree"):
         lines.append("The run's tree: %s." % run.meta["tree"].rstrip("."))
     lines.append("Every decoding result: [docs/results.md](../../results.md#decoding-benchmark).")

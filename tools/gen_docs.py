@@ -74,7 +74,7 @@ import sass
 import stages as stage_declarations
 from cli_util import REPO, shown_path
 from results_csv import statistic_word, timing_of
-from results_tables import ResultsError, load_results, make_groups, seq_label
+from results_tables import ResultsError, load_results, make_groups, seq_label, source_line
 
 STAGE_DOCS = os.path.join(REPO, "docs", "stages")
 PERFORMANCE_PAGE = os.path.join(REPO, "docs", "performance.md")
@@ -167,15 +167,6 @@ def diff_section(stage, parent):
 
 # ------------------------------------------------------------------------------------------------
 # The results sections
-
-
-def source_line(meta, csv_path):
-    parts = [meta.get("gpu", "unknown GPU"), "git %s" % meta.get("git", "unknown"),
-             "date %s" % meta.get("date", "unknown")]
-    for key, label in (("cuda", "CUDA"), ("torch", "PyTorch")):
-        if meta.get(key):
-            parts.append("%s %s" % (label, meta[key]))
-    return "Source: `%s` (%s)." % (shown_path(csv_path), "; ".join(parts))
 
 
 def status_word(row):
